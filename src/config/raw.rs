@@ -1,0 +1,142 @@
+//! The config file as written: serde types that mirror the TOML, checked only for
+//! shape (unknown keys, wrong types, bad sizes and durations). Meaning is checked when
+//! these become the types in [`super`].
+
+use serde::Deserialize;
+
+use super::units::{Dur, Size};
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub origin: Option<RawOrigin>,
+    pub cluster: Option<RawCluster>,
+    pub cache: Option<RawCache>,
+    pub node: Option<RawNode>,
+    pub mount: Option<RawMount>,
+    pub auth: Option<RawAuth>,
+    pub tls: Option<RawTls>,
+    pub metrics: Option<RawMetrics>,
+}
+
+/// Where a key pair comes from: inline, from named environment variables, from a
+/// profile of the AWS credentials file, or the standard `AWS_*` variables.
+#[derive(Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawCredentials {
+    pub access_key_id: Option<String>,
+    pub access_key_id_env: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub secret_access_key_env: Option<String>,
+    pub session_token: Option<String>,
+    pub session_token_env: Option<String>,
+    pub profile: Option<String>,
+    pub anonymous: Option<bool>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrigin {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub addressing: Option<String>,
+    pub credentials: Option<RawCredentials>,
+    pub connect_timeout: Option<Dur>,
+    pub first_byte_timeout: Option<Dur>,
+    pub stall_timeout: Option<Dur>,
+    pub max_attempts: Option<u32>,
+    pub retry_base: Option<Dur>,
+    pub retry_max: Option<Dur>,
+}
+
+/// A node entry: `"host:port"` or `{ id = "host:port", weight = 2.0, zone = "a" }`.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum RawNodeEntry {
+    Id(String),
+    Full(RawNodeFull),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawNodeFull {
+    pub id: String,
+    pub weight: Option<f64>,
+    pub zone: Option<String>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub nodes: Option<Vec<RawNodeEntry>>,
+    pub dns: Option<String>,
+    pub refresh: Option<Dur>,
+    pub zone: Option<String>,
+    pub block_size: Option<Size>,
+    pub read_window: Option<usize>,
+    pub load_limit: Option<usize>,
+    pub load_factor: Option<f64>,
+    pub down_for: Option<Dur>,
+    pub hedge_factor: Option<f64>,
+    pub hedge_floor: Option<Dur>,
+    pub hedge_budget: Option<f64>,
+    pub connect_timeout: Option<Dur>,
+    pub first_byte_timeout: Option<Dur>,
+    pub stall_timeout: Option<Dur>,
+    pub tls: Option<bool>,
+    pub credentials: Option<RawCredentials>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    pub ram_size: Option<Size>,
+    pub disk_size: Option<Size>,
+    pub data_dir: Option<String>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    pub listen: Option<String>,
+    pub block_size: Option<Size>,
+    pub revalidate_after: Option<Dur>,
+    pub list_ttl: Option<Dur>,
+    pub shutdown_timeout: Option<Dur>,
+    pub zone: Option<String>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawMount {
+    pub source: Option<String>,
+    pub mountpoint: Option<String>,
+    pub metadata_ttl: Option<Dur>,
+    pub negative_ttl: Option<Dur>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub file_mode: Option<String>,
+    pub dir_mode: Option<String>,
+    pub allow_other: Option<bool>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub mode: Option<String>,
+    pub keys: Option<Vec<RawCredentials>>,
+    pub max_skew: Option<Dur>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen: Option<String>,
+}

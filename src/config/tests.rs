@@ -1,0 +1,197 @@
+use std::collections::HashMap;
+
+use super::*;
+
+struct MapEnv(HashMap<String, String>);
+impl Env for MapEnv {
+    fn var(&self, n: &str) -> Option<String> {
+        self.0.get(n).cloned()
+    }
+    fn read_file(&self, _: &str) -> Option<String> {
+        None
+    }
+}
+
+fn env() -> MapEnv {
+    MapEnv([("NODE_SECRET".to_string(), "from-env".to_string())].into_iter().collect())
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, "test.toml", &env())
+}
+
+/// Asserts `text` is refused with an error naming `key` and containing `needle`.
+fn refused(text: &str, key: &str, needle: &str) {
+    let e = parse(text).expect_err(text);
+    assert_eq!(e.file, "test.toml");
+    assert_eq!(e.key, key, "wrong key for {text:?}: {e}");
+    assert!(e.message.contains(needle), "message {:?} lacks {needle:?}", e.message);
+    let shown = e.to_string();
+    assert!(shown.starts_with("test.toml: ") && shown.contains(key), "{shown}");
+}
+
+const ORIGIN: &str = "[origin]\nendpoint = \"http://127.0.0.1:9000\"\ncredentials = { access_key_id = \"a\", secret_access_key = \"s\" }\n";
+
+#[test]
+fn defaults_follow_design() {
+    let c = parse("[cluster]\nnodes = [\"10.0.1.5:9000\"]\n[node]\n").unwrap();
+    let cl = c.cluster().unwrap();
+    assert_eq!(cl.block_size, 1 << 20);
+    assert_eq!(cl.read_window, 8);
+    assert_eq!(cl.load_limit, 256);
+    assert_eq!(cl.down_for, Duration::from_secs(5));
+    assert_eq!(c.node().unwrap().block_size, 1 << 20);
+    assert!(c.origin().is_err());
+}
+
+#[test]
+fn node_ids_are_canonical() {
+    assert_eq!(canonical_node_id("Cache-1.Example.COM:9000").unwrap(), "cache-1.example.com:9000");
+    assert_eq!(canonical_node_id("[::1]:80").unwrap(), "[::1]:80");
+    assert!(canonical_node_id("host").is_err());
+    assert!(canonical_node_id("host:0").is_err());
+    assert!(canonical_node_id("::1:80").is_err());
+    assert!(canonical_node_id("host:99999").is_err());
+}
+
+#[test]
+fn weighted_and_zoned_nodes() {
+    let c = parse("[cluster]\nzone = \"a\"\nnodes = [\"A:1\", { id = \"b:2\", weight = 2.5, zone = \"a\" }]\n").unwrap();
+    let Membership::Static(n) = &c.cluster().unwrap().membership else { panic!() };
+    assert_eq!(n[0], NodeSpec { id: "a:1".into(), weight: 1.0, zone: None });
+    assert_eq!(n[1].weight, 2.5);
+    assert_eq!(n[1].zone.as_deref(), Some("a"));
+}
+
+#[test]
+fn secrets_from_env() {
+    let c = parse(&format!(
+        "{ORIGIN}[auth]\n[[auth.keys]]\naccess_key_id = \"k\"\nsecret_access_key_env = \"NODE_SECRET\"\n"
+    ))
+    .unwrap();
+    let AuthConfig::SigV4 { keys, .. } = c.auth().unwrap() else { panic!() };
+    assert_eq!(keys[0].secret_access_key, "from-env");
+}
+
+#[test]
+fn unknown_key() {
+    refused("[cluster]\nnodes = [\"a:1\"]\nblock_sise = \"1MiB\"\n", "cluster.block_sise", "unknown field `block_sise`");
+    let e = parse("[cluster]\nnodes = [\"a:1\"]\nblock_sise = \"1MiB\"\n").unwrap_err();
+    assert!(e.message.contains("(line 3)"), "{e}");
+}
+
+#[test]
+fn unknown_section() {
+    refused("[clutser]\n", "clutser", "unknown field `clutser`");
+}
+
+#[test]
+fn bad_size() {
+    refused("[cluster]\nnodes = [\"a:1\"]\nblock_size = \"big\"\n", "cluster.block_size", "not a size");
+}
+
+#[test]
+fn bad_duration() {
+    refused("[cluster]\nnodes = [\"a:1\"]\ndown_for = 5\n", "cluster.down_for", "has no unit");
+    refused("[cluster]\nnodes = [\"a:1\"]\ndown_for = \"soon\"\n", "cluster.down_for", "not a duration");
+}
+
+#[test]
+fn block_size_not_multiple_of_node_block() {
+    refused(
+        "[node]\nblock_size = \"1MiB\"\n[cluster]\nnodes = [\"a:1\"]\nblock_size = \"1536KiB\"\n",
+        "cluster.block_size",
+        "not a multiple of node.block_size",
+    );
+}
+
+#[test]
+fn empty_node_list_without_dns() {
+    refused("[cluster]\nnodes = []\n", "cluster.nodes", "is empty and no dns");
+    refused("[cluster]\nread_window = 4\n", "cluster.nodes", "no nodes and no dns");
+}
+
+#[test]
+fn dns_without_port() {
+    refused("[cluster]\ndns = \"cache.svc.local\"\n", "cluster.dns", "has no port");
+}
+
+#[test]
+fn nodes_and_dns_together() {
+    refused("[cluster]\nnodes = [\"a:1\"]\ndns = \"x:1\"\n", "cluster.dns", "not both");
+}
+
+#[test]
+fn secret_inline_and_env() {
+    refused(
+        "[origin]\ncredentials = { access_key_id = \"a\", secret_access_key = \"s\", secret_access_key_env = \"X\" }\n",
+        "origin.credentials.secret_access_key",
+        "both inline and by secret_access_key_env",
+    );
+}
+
+#[test]
+fn secret_env_unset() {
+    refused(
+        "[origin]\ncredentials = { access_key_id = \"a\", secret_access_key_env = \"NOPE_NOT_SET\" }\n",
+        "origin.credentials.secret_access_key_env",
+        "NOPE_NOT_SET is not set",
+    );
+}
+
+#[test]
+fn bad_weight() {
+    refused("[cluster]\nnodes = [{ id = \"a:1\", weight = 0.0 }]\n", "cluster.nodes[0].weight", "greater than 0");
+    refused("[cluster]\nnodes = [{ id = \"a:1\", weight = nan }]\n", "cluster.nodes[0].weight", "finite");
+}
+
+#[test]
+fn duplicate_node() {
+    refused("[cluster]\nnodes = [\"a:1\", \"A:1\"]\n", "cluster.nodes[1]", "listed twice");
+}
+
+#[test]
+fn bad_endpoint() {
+    refused(
+        "[origin]\nendpoint = \"ftp://x\"\ncredentials = { anonymous = true }\n",
+        "origin.endpoint",
+        "http:// or https://",
+    );
+    refused(
+        "[origin]\nendpoint = \"not a url\"\ncredentials = { anonymous = true }\n",
+        "origin.endpoint",
+        "not a URL",
+    );
+}
+
+#[test]
+fn auth_without_keys_or_none() {
+    refused("[auth]\n", "auth.keys", "mode = \"none\"");
+    refused("[auth]\nmode = \"open\"\n", "auth.mode", "not \"sigv4\" or \"none\"");
+    let c = parse("[node]\n").unwrap();
+    let e = c.auth().unwrap_err();
+    assert!(e.message.contains("mode = \"none\""), "{e}");
+}
+
+#[test]
+fn bad_listen_and_modes() {
+    refused("[node]\nlisten = \"localhost\"\n", "node.listen", "not an address");
+    refused("[mount]\nfile_mode = \"rw\"\n", "mount.file_mode", "octal");
+}
+
+#[test]
+fn disk_without_dir() {
+    refused("[cache]\ndisk_size = \"1GiB\"\n", "cache.data_dir", "data_dir");
+}
+
+#[test]
+fn hedge_budget_range() {
+    refused("[cluster]\nnodes = [\"a:1\"]\nhedge_budget = 1.5\n", "cluster.hedge_budget", "fraction");
+}
+
+#[test]
+fn wrong_type_names_key_and_line() {
+    let e = parse("[cluster]\nnodes = [\"a:1\"]\nread_window = \"eight\"\n").unwrap_err();
+    assert_eq!(e.key, "cluster.read_window");
+    assert!(e.message.contains("line 3"), "{e}");
+}

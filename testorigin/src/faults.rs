@@ -1,0 +1,161 @@
+//! The origin's fault mode and request counters.
+//!
+//! Real S3 is far away and sometimes unwell; loopback is neither. Tests and benchmarks
+//! turn these knobs (in process, or over `/_origin/faults` from another process) to get
+//! first-byte latency, a bandwidth cap, throttling, server errors and cut bodies, and
+//! read the counters to know exactly which GETs reached the origin.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Fault knobs, all off by default. Rates are per mille of requests.
+#[derive(Default, Debug)]
+pub struct Faults {
+    first_byte_delay_ms: AtomicU64,
+    bandwidth_bytes_per_sec: AtomicU64,
+    slowdown_per_mille: AtomicU32,
+    error_per_mille: AtomicU32,
+    reset_per_mille: AtomicU32,
+    reset_after_bytes: AtomicU64,
+}
+
+/// A plain copy of [`Faults`], for JSON and for setting several knobs at once.
+#[derive(Default, Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultSettings {
+    /// Added before the response headers of every S3 request.
+    pub first_byte_delay_ms: u64,
+    /// Cap on each response body's rate (0 = none). Responses on one keep-alive
+    /// connection are sequential, so this is a per-connection cap.
+    pub bandwidth_bytes_per_sec: u64,
+    /// Share of requests answered `503 SlowDown`.
+    pub slowdown_per_mille: u32,
+    /// Share of requests answered `500 InternalError`.
+    pub error_per_mille: u32,
+    /// Share of GET bodies cut off (the connection is dropped mid-body).
+    pub reset_per_mille: u32,
+    /// Where a cut body stops (0 = half way).
+    pub reset_after_bytes: u64,
+}
+
+impl Faults {
+    pub fn set(&self, s: FaultSettings) {
+        self.first_byte_delay_ms.store(s.first_byte_delay_ms, Relaxed);
+        self.bandwidth_bytes_per_sec.store(s.bandwidth_bytes_per_sec, Relaxed);
+        self.slowdown_per_mille.store(s.slowdown_per_mille.min(1000), Relaxed);
+        self.error_per_mille.store(s.error_per_mille.min(1000), Relaxed);
+        self.reset_per_mille.store(s.reset_per_mille.min(1000), Relaxed);
+        self.reset_after_bytes.store(s.reset_after_bytes, Relaxed);
+    }
+
+    pub fn get(&self) -> FaultSettings {
+        FaultSettings {
+            first_byte_delay_ms: self.first_byte_delay_ms.load(Relaxed),
+            bandwidth_bytes_per_sec: self.bandwidth_bytes_per_sec.load(Relaxed),
+            slowdown_per_mille: self.slowdown_per_mille.load(Relaxed),
+            error_per_mille: self.error_per_mille.load(Relaxed),
+            reset_per_mille: self.reset_per_mille.load(Relaxed),
+            reset_after_bytes: self.reset_after_bytes.load(Relaxed),
+        }
+    }
+
+    pub fn clear(&self) {
+        self.set(FaultSettings::default());
+    }
+
+    pub(crate) fn first_byte_delay(&self) -> Duration {
+        Duration::from_millis(self.first_byte_delay_ms.load(Relaxed))
+    }
+}
+
+pub(crate) fn roll(per_mille: u32) -> bool {
+    per_mille > 0 && rand::random_range(0..1000) < per_mille
+}
+
+/// One kind of request, as counted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RequestKind {
+    pub method: String,
+    pub bucket: String,
+    pub key: String,
+    /// The `Range` header as sent, if any.
+    pub range: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestCount {
+    #[serde(flatten)]
+    pub kind: RequestKind,
+    pub count: u64,
+}
+
+/// Counters of what reached the origin.
+#[derive(Default, Debug)]
+pub struct Stats {
+    requests: Mutex<HashMap<RequestKind, u64>>,
+    body_bytes_sent: AtomicU64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    pub requests: Vec<RequestCount>,
+    pub body_bytes_sent: u64,
+}
+
+impl StatsSnapshot {
+    /// GETs of one object, whatever their range.
+    pub fn gets_of(&self, bucket: &str, key: &str) -> u64 {
+        self.requests
+            .iter()
+            .filter(|r| r.kind.method == "GET" && r.kind.bucket == bucket && r.kind.key == key)
+            .map(|r| r.count)
+            .sum()
+    }
+
+    /// All GETs of objects (not listings: those have an empty key).
+    pub fn object_gets(&self) -> u64 {
+        self.requests
+            .iter()
+            .filter(|r| r.kind.method == "GET" && !r.kind.key.is_empty())
+            .map(|r| r.count)
+            .sum()
+    }
+
+    pub fn count(&self, method: &str) -> u64 {
+        self.requests.iter().filter(|r| r.kind.method == method).map(|r| r.count).sum()
+    }
+}
+
+impl Stats {
+    pub(crate) fn record(&self, kind: RequestKind) {
+        *self.requests.lock().unwrap().entry(kind).or_default() += 1;
+    }
+
+    pub(crate) fn add_body_bytes(&self, n: u64) {
+        self.body_bytes_sent.fetch_add(n, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let mut requests: Vec<RequestCount> = self
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| RequestCount { kind: k.clone(), count: *v })
+            .collect();
+        requests.sort_by(|a, b| (&a.kind.key, &a.kind.range, &a.kind.method).cmp(&(&b.kind.key, &b.kind.range, &b.kind.method)));
+        StatsSnapshot {
+            requests,
+            body_bytes_sent: self.body_bytes_sent.load(Relaxed),
+        }
+    }
+
+    pub fn reset(&self) {
+        self.requests.lock().unwrap().clear();
+        self.body_bytes_sent.store(0, Relaxed);
+    }
+}

@@ -1,0 +1,249 @@
+//! The S3 operations the origin answers, on top of [`Store`].
+//!
+//! `s3s` parses requests, checks SigV4 and writes S3's XML; this file only decides
+//! answers. Conditional headers and ranges behave as on S3: `If-Match` mismatch is
+//! 412, `If-None-Match` match is 304, a range past the end is 416.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+
+use crate::store::{Missing, StoredObject, Store};
+
+#[derive(Clone)]
+pub struct MemS3 {
+    pub store: Arc<Store>,
+}
+
+fn missing(m: Missing) -> s3s::S3Error {
+    match m {
+        Missing::Bucket => s3_error!(NoSuchBucket),
+        Missing::Key => s3_error!(NoSuchKey),
+    }
+}
+
+fn etag_of(obj: &StoredObject) -> ETag {
+    ETag::Strong(obj.etag.clone())
+}
+
+/// Applies `If-Match` / `If-None-Match` the way S3 does.
+fn check_conditions(obj: &StoredObject, if_match: Option<&ETagCondition>, if_none_match: Option<&ETagCondition>) -> S3Result<()> {
+    if let Some(cond) = if_match {
+        let ok = match cond {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(t) => t.value() == obj.etag,
+        };
+        if !ok {
+            return Err(s3_error!(PreconditionFailed, "At least one of the pre-conditions you specified did not hold"));
+        }
+    }
+    if let Some(cond) = if_none_match {
+        let hit = match cond {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(t) => t.value() == obj.etag,
+        };
+        if hit {
+            return Err(s3_error!(NotModified));
+        }
+    }
+    Ok(())
+}
+
+fn resolve_range(range: Option<Range>, len: u64) -> S3Result<Option<std::ops::Range<u64>>> {
+    match range {
+        None => Ok(None),
+        Some(r) => r
+            .check(len)
+            .map(Some)
+            .map_err(|_| s3_error!(InvalidRange, "The requested range is not satisfiable")),
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for MemS3 {
+    async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+        if !self.store.create_bucket(&req.input.bucket) {
+            return Err(s3_error!(BucketAlreadyOwnedByYou));
+        }
+        Ok(S3Response::new(CreateBucketOutput::default()))
+    }
+
+    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
+        if !self.store.bucket_exists(&req.input.bucket) {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(&self, req: S3Request<GetBucketLocationInput>) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        if !self.store.bucket_exists(&req.input.bucket) {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn list_buckets(&self, _req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
+        let buckets = self
+            .store
+            .bucket_names()
+            .into_iter()
+            .map(|(name, created)| Bucket {
+                name: Some(name),
+                creation_date: created.map(Timestamp::from),
+                bucket_region: None,
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+        let input = req.input;
+        if !self.store.bucket_exists(&input.bucket) {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        let mut data = BytesMut::new();
+        if let Some(mut body) = input.body {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
+                data.extend_from_slice(&chunk);
+            }
+        }
+        let etag = self
+            .store
+            .put(&input.bucket, &input.key, data.freeze())
+            .ok_or_else(|| s3_error!(NoSuchBucket))?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.store.delete(&req.input.bucket, &req.input.key).map_err(missing)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
+        check_conditions(&obj, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        let len = obj.data.len() as u64;
+        let range = resolve_range(input.range, len)?;
+        let (content_length, content_range) = match &range {
+            Some(r) => (r.end - r.start, Some(format!("bytes {}-{}/{len}", r.start, r.end - 1))),
+            None => (len, None),
+        };
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some(content_length as i64),
+            content_range,
+            e_tag: Some(etag_of(&obj)),
+            last_modified: Some(Timestamp::from(obj.last_modified)),
+            accept_ranges: Some("bytes".into()),
+            content_type: obj.content_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
+        check_conditions(&obj, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        let len = obj.data.len() as u64;
+        let range = resolve_range(input.range, len)?;
+        let (body, content_range) = match &range {
+            Some(r) => (
+                obj.data.slice(r.start as usize..r.end as usize),
+                Some(format!("bytes {}-{}/{len}", r.start, r.end - 1)),
+            ),
+            None => (obj.data.clone(), None),
+        };
+        let content_length = body.len() as i64;
+        let stream = chunked(body);
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(StreamingBlob::wrap(stream)),
+            content_length: Some(content_length),
+            content_range,
+            e_tag: Some(etag_of(&obj)),
+            last_modified: Some(Timestamp::from(obj.last_modified)),
+            accept_ranges: Some("bytes".into()),
+            content_type: obj.content_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
+        let token = match input.continuation_token.as_deref() {
+            Some(t) => Some(
+                hex::decode(t)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| s3_error!(InvalidArgument, "The continuation token provided is incorrect"))?,
+            ),
+            None => None,
+        };
+        let after = match (token.as_deref(), input.start_after.as_deref()) {
+            (Some(t), _) => Some(t),
+            (None, s) => s,
+        };
+        let page = self
+            .store
+            .list(&input.bucket, &prefix, input.delimiter.as_deref(), after, max_keys)
+            .map_err(missing)?;
+        let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+        let contents: Vec<Object> = page
+            .objects
+            .iter()
+            .map(|(key, obj)| Object {
+                key: Some(key.clone()),
+                size: Some(obj.data.len() as i64),
+                e_tag: Some(etag_of(obj)),
+                last_modified: Some(Timestamp::from(obj.last_modified)),
+                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                ..Default::default()
+            })
+            .collect();
+        let common_prefixes: Vec<CommonPrefix> = page
+            .common_prefixes
+            .iter()
+            .map(|p| CommonPrefix { prefix: Some(p.clone()) })
+            .collect();
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: Some(prefix),
+            delimiter: input.delimiter,
+            max_keys: Some(max_keys as i32),
+            key_count: Some(key_count),
+            is_truncated: Some(page.truncated),
+            continuation_token: input.continuation_token,
+            next_continuation_token: if page.truncated {
+                page.next_after.map(|a| hex::encode(a.as_bytes()))
+            } else {
+                None
+            },
+            start_after: input.start_after,
+            encoding_type: input.encoding_type,
+            contents: (!contents.is_empty()).then_some(contents),
+            common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
+            ..Default::default()
+        }))
+    }
+}
+
+/// Splits a body into 256 KiB chunks so the fault layer can pace and cut it.
+fn chunked(body: Bytes) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static {
+    const CHUNK: usize = 256 * 1024;
+    let n = body.len().div_ceil(CHUNK);
+    futures_util::stream::iter((0..n).map(move |i| {
+        let end = ((i + 1) * CHUNK).min(body.len());
+        Ok(body.slice(i * CHUNK..end))
+    }))
+}
