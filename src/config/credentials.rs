@@ -17,7 +17,10 @@ impl fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &"<redacted>")
-            .field("session_token", &self.session_token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -53,7 +56,11 @@ impl Env for ProcessEnv {
 /// Order: `anonymous`, inline or `*_env` values, a named `profile`, then the
 /// standard `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, then the
 /// `AWS_PROFILE` (or `default`) profile of the shared credentials file.
-pub fn resolve(raw: &RawCredentials, env: &dyn Env, allow_default_chain: bool) -> Result<Option<CredentialMode>, (String, String)> {
+pub fn resolve(
+    raw: &RawCredentials,
+    env: &dyn Env,
+    allow_default_chain: bool,
+) -> Result<Option<CredentialMode>, (String, String)> {
     if raw.anonymous == Some(true) {
         let extra = raw.access_key_id.is_some()
             || raw.access_key_id_env.is_some()
@@ -68,12 +75,30 @@ pub fn resolve(raw: &RawCredentials, env: &dyn Env, allow_default_chain: bool) -
         }
         return Ok(Some(CredentialMode::Anonymous));
     }
-    let access = pick(&raw.access_key_id, &raw.access_key_id_env, "access_key_id", env)?;
-    let secret = pick(&raw.secret_access_key, &raw.secret_access_key_env, "secret_access_key", env)?;
-    let token = pick(&raw.session_token, &raw.session_token_env, "session_token", env)?;
+    let access = pick(
+        &raw.access_key_id,
+        &raw.access_key_id_env,
+        "access_key_id",
+        env,
+    )?;
+    let secret = pick(
+        &raw.secret_access_key,
+        &raw.secret_access_key_env,
+        "secret_access_key",
+        env,
+    )?;
+    let token = pick(
+        &raw.session_token,
+        &raw.session_token_env,
+        "session_token",
+        env,
+    )?;
     if let Some(profile) = &raw.profile {
         if access.is_some() || secret.is_some() {
-            return Err(("profile".into(), "a profile cannot be combined with inline or env keys".into()));
+            return Err((
+                "profile".into(),
+                "a profile cannot be combined with inline or env keys".into(),
+            ));
         }
         return from_profile(profile, env)
             .map(|c| Some(CredentialMode::Keys(c)))
@@ -98,7 +123,12 @@ pub fn resolve(raw: &RawCredentials, env: &dyn Env, allow_default_chain: bool) -
     }
 }
 
-fn pick(inline: &Option<String>, env_name: &Option<String>, key: &str, env: &dyn Env) -> Result<Option<String>, (String, String)> {
+fn pick(
+    inline: &Option<String>,
+    env_name: &Option<String>,
+    key: &str,
+    env: &dyn Env,
+) -> Result<Option<String>, (String, String)> {
     match (inline, env_name) {
         (Some(_), Some(_)) => Err((
             key.into(),
@@ -116,7 +146,10 @@ fn pick(inline: &Option<String>, env_name: &Option<String>, key: &str, env: &dyn
 }
 
 fn default_chain(env: &dyn Env) -> Option<CredentialMode> {
-    if let (Some(a), Some(s)) = (env.var("AWS_ACCESS_KEY_ID"), env.var("AWS_SECRET_ACCESS_KEY")) {
+    if let (Some(a), Some(s)) = (
+        env.var("AWS_ACCESS_KEY_ID"),
+        env.var("AWS_SECRET_ACCESS_KEY"),
+    ) {
         return Some(CredentialMode::Keys(Credentials {
             access_key_id: a,
             secret_access_key: s,
@@ -134,11 +167,20 @@ fn credentials_file(env: &dyn Env) -> Option<String> {
 
 fn from_profile(profile: &str, env: &dyn Env) -> Result<Credentials, String> {
     let path = credentials_file(env).ok_or("no credentials file (HOME is not set)")?;
-    let text = env.read_file(&path).ok_or_else(|| format!("cannot read credentials file {path}"))?;
-    let section = ini_section(&text, profile).ok_or_else(|| format!("profile [{profile}] not found in {path}"))?;
-    let get = |k: &str| section.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    let text = env
+        .read_file(&path)
+        .ok_or_else(|| format!("cannot read credentials file {path}"))?;
+    let section = ini_section(&text, profile)
+        .ok_or_else(|| format!("profile [{profile}] not found in {path}"))?;
+    let get = |k: &str| {
+        section
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
     Ok(Credentials {
-        access_key_id: get("aws_access_key_id").ok_or_else(|| format!("profile [{profile}] in {path} has no aws_access_key_id"))?,
+        access_key_id: get("aws_access_key_id")
+            .ok_or_else(|| format!("profile [{profile}] in {path} has no aws_access_key_id"))?,
         secret_access_key: get("aws_secret_access_key")
             .ok_or_else(|| format!("profile [{profile}] in {path} has no aws_secret_access_key"))?,
         session_token: get("aws_session_token"),
@@ -163,7 +205,9 @@ fn ini_section(text: &str, name: &str) -> Option<Vec<(String, String)>> {
         }
         if current.as_deref() == Some(name) {
             if let Some((k, v)) = line.split_once('=') {
-                found.get_or_insert_with(Vec::new).push((k.trim().to_owned(), v.trim().to_owned()));
+                found
+                    .get_or_insert_with(Vec::new)
+                    .push((k.trim().to_owned(), v.trim().to_owned()));
             }
         }
     }
@@ -186,7 +230,12 @@ mod tests {
     }
 
     fn env(pairs: &[(&str, &str)]) -> MapEnv {
-        MapEnv(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())
+        MapEnv(
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        )
     }
 
     #[test]
@@ -202,17 +251,36 @@ mod tests {
             profile: Some("other".into()),
             ..Default::default()
         };
-        let Some(CredentialMode::Keys(c)) = resolve(&raw, &e, true).unwrap() else { panic!() };
-        assert_eq!((c.access_key_id.as_str(), c.secret_access_key.as_str(), c.session_token.as_deref()), ("B", "T", Some("X")));
+        let Some(CredentialMode::Keys(c)) = resolve(&raw, &e, true).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                c.access_key_id.as_str(),
+                c.secret_access_key.as_str(),
+                c.session_token.as_deref()
+            ),
+            ("B", "T", Some("X"))
+        );
         // No keys anywhere: the default profile.
-        let Some(CredentialMode::Keys(c)) = resolve(&RawCredentials::default(), &e, true).unwrap() else { panic!() };
+        let Some(CredentialMode::Keys(c)) = resolve(&RawCredentials::default(), &e, true).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(c.access_key_id, "A");
     }
 
     #[test]
     fn standard_env_wins_over_file() {
-        let e = env(&[("AWS_ACCESS_KEY_ID", "E"), ("AWS_SECRET_ACCESS_KEY", "F"), ("HOME", "/nowhere")]);
-        let Some(CredentialMode::Keys(c)) = resolve(&RawCredentials::default(), &e, true).unwrap() else { panic!() };
+        let e = env(&[
+            ("AWS_ACCESS_KEY_ID", "E"),
+            ("AWS_SECRET_ACCESS_KEY", "F"),
+            ("HOME", "/nowhere"),
+        ]);
+        let Some(CredentialMode::Keys(c)) = resolve(&RawCredentials::default(), &e, true).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(c.access_key_id, "E");
     }
 

@@ -105,7 +105,11 @@ pub struct NodeSpec {
 pub enum Membership {
     Static(Vec<NodeSpec>),
     /// A name re-resolved every `refresh`; every address gets `port`.
-    Dns { host: String, port: u16, refresh: Duration },
+    Dns {
+        host: String,
+        port: u16,
+        refresh: Duration,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -166,7 +170,10 @@ pub struct MountConfig {
 #[derive(Clone, Debug)]
 pub enum AuthConfig {
     /// SigV4 (header or presigned) with one of these keys.
-    SigV4 { keys: Vec<Credentials>, max_skew: Duration },
+    SigV4 {
+        keys: Vec<Credentials>,
+        max_skew: Duration,
+    },
     /// No authentication: asked for explicitly with `mode = "none"`.
     None,
 }
@@ -212,7 +219,12 @@ impl Config {
             let inner = e.into_inner();
             let line = inner
                 .span()
-                .map(|s| format!(" (line {})", text[..s.start.min(text.len())].matches('\n').count() + 1))
+                .map(|s| {
+                    format!(
+                        " (line {})",
+                        text[..s.start.min(text.len())].matches('\n').count() + 1
+                    )
+                })
                 .unwrap_or_default();
             ConfigError {
                 file: file.to_owned(),
@@ -258,13 +270,19 @@ impl Config {
 pub fn canonical_node_id(s: &str) -> Result<String, String> {
     let s = s.trim();
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (h, p) = rest.split_once(']').ok_or_else(|| format!("{s:?}: unclosed '[' in IPv6 address"))?;
-        let p = p.strip_prefix(':').ok_or_else(|| format!("{s:?} has no port: write it as [addr]:port"))?;
+        let (h, p) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{s:?}: unclosed '[' in IPv6 address"))?;
+        let p = p
+            .strip_prefix(':')
+            .ok_or_else(|| format!("{s:?} has no port: write it as [addr]:port"))?;
         h.parse::<std::net::Ipv6Addr>()
             .map_err(|_| format!("{s:?}: {h:?} is not an IPv6 address"))?;
         (format!("[{}]", h.to_ascii_lowercase()), p)
     } else {
-        let (h, p) = s.rsplit_once(':').ok_or_else(|| format!("{s:?} has no port: write it as host:port"))?;
+        let (h, p) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{s:?} has no port: write it as host:port"))?;
         if h.contains(':') {
             return Err(format!("{s:?}: write an IPv6 address as [addr]:port"));
         }
@@ -273,7 +291,9 @@ pub fn canonical_node_id(s: &str) -> Result<String, String> {
     if host.is_empty() || host.contains('/') || host.contains(char::is_whitespace) {
         return Err(format!("{s:?} is not a host:port"));
     }
-    let port: u16 = port.parse().map_err(|_| format!("{s:?}: {port:?} is not a port number"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{s:?}: {port:?} is not a port number"))?;
     if port == 0 {
         return Err(format!("{s:?}: port 0 cannot be dialed"));
     }
@@ -328,8 +348,14 @@ impl Validator<'_> {
         })
     }
 
-    fn credentials(&self, section: &str, raw: &RawCredentials, default_chain: bool) -> R<Option<CredentialMode>> {
-        credentials::resolve(raw, self.env, default_chain).map_err(|(k, m)| self.err(format!("{section}.{k}"), m))
+    fn credentials(
+        &self,
+        section: &str,
+        raw: &RawCredentials,
+        default_chain: bool,
+    ) -> R<Option<CredentialMode>> {
+        credentials::resolve(raw, self.env, default_chain)
+            .map_err(|(k, m)| self.err(format!("{section}.{k}"), m))
     }
 
     fn positive(&self, key: &str, d: Duration) -> R<Duration> {
@@ -341,22 +367,43 @@ impl Validator<'_> {
 
     fn origin(&self, o: RawOrigin) -> R<OriginConfig> {
         let region = o.region.unwrap_or_else(|| "us-east-1".into());
-        if region.is_empty() || !region.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        if region.is_empty()
+            || !region
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
             return Err(self.err("origin.region", format!("{region:?} is not a region name")));
         }
-        let endpoint_s = o.endpoint.unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
-        let endpoint = url::Url::parse(&endpoint_s)
-            .map_err(|e| self.err("origin.endpoint", format!("{endpoint_s:?} is not a URL: {e}")))?;
+        let endpoint_s = o
+            .endpoint
+            .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+        let endpoint = url::Url::parse(&endpoint_s).map_err(|e| {
+            self.err(
+                "origin.endpoint",
+                format!("{endpoint_s:?} is not a URL: {e}"),
+            )
+        })?;
         if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host().is_none() {
-            return Err(self.err("origin.endpoint", format!("{endpoint_s:?} must be an http:// or https:// URL with a host")));
+            return Err(self.err(
+                "origin.endpoint",
+                format!("{endpoint_s:?} must be an http:// or https:// URL with a host"),
+            ));
         }
         if endpoint.query().is_some() || endpoint.path() != "/" {
-            return Err(self.err("origin.endpoint", format!("{endpoint_s:?} must not have a path or query")));
+            return Err(self.err(
+                "origin.endpoint",
+                format!("{endpoint_s:?} must not have a path or query"),
+            ));
         }
         let addressing = match o.addressing.as_deref() {
             None | Some("path") => Addressing::Path,
             Some("virtual") => Addressing::Virtual,
-            Some(other) => return Err(self.err("origin.addressing", format!("{other:?} is not \"path\" or \"virtual\""))),
+            Some(other) => {
+                return Err(self.err(
+                    "origin.addressing",
+                    format!("{other:?} is not \"path\" or \"virtual\""),
+                ))
+            }
         };
         let credentials = self
             .credentials("origin.credentials", &o.credentials.unwrap_or_default(), true)?
@@ -369,15 +416,27 @@ impl Validator<'_> {
             })?;
         let max_attempts = o.max_attempts.unwrap_or(defaults::ORIGIN_MAX_ATTEMPTS);
         if max_attempts == 0 || max_attempts > 20 {
-            return Err(self.err("origin.max_attempts", format!("{max_attempts} is out of range 1..=20")));
+            return Err(self.err(
+                "origin.max_attempts",
+                format!("{max_attempts} is out of range 1..=20"),
+            ));
         }
         let timeouts = Timeouts {
-            connect: self.positive("origin.connect_timeout", o.connect_timeout.map_or(defaults::ORIGIN_CONNECT_TIMEOUT, |d| d.0))?,
+            connect: self.positive(
+                "origin.connect_timeout",
+                o.connect_timeout
+                    .map_or(defaults::ORIGIN_CONNECT_TIMEOUT, |d| d.0),
+            )?,
             first_byte: self.positive(
                 "origin.first_byte_timeout",
-                o.first_byte_timeout.map_or(defaults::ORIGIN_FIRST_BYTE_TIMEOUT, |d| d.0),
+                o.first_byte_timeout
+                    .map_or(defaults::ORIGIN_FIRST_BYTE_TIMEOUT, |d| d.0),
             )?,
-            stall: self.positive("origin.stall_timeout", o.stall_timeout.map_or(defaults::ORIGIN_STALL_TIMEOUT, |d| d.0))?,
+            stall: self.positive(
+                "origin.stall_timeout",
+                o.stall_timeout
+                    .map_or(defaults::ORIGIN_STALL_TIMEOUT, |d| d.0),
+            )?,
         };
         let retry = RetryPolicy {
             max_attempts,
@@ -405,23 +464,34 @@ impl Validator<'_> {
         };
         let id = canonical_node_id(&id).map_err(|m| self.err(&key, m))?;
         if !weight.is_finite() || weight <= 0.0 {
-            return Err(self.err(format!("{key}.weight"), format!("{weight} must be a finite number greater than 0")));
+            return Err(self.err(
+                format!("{key}.weight"),
+                format!("{weight} must be a finite number greater than 0"),
+            ));
         }
         Ok(NodeSpec { id, weight, zone })
     }
 
     fn cluster(&self, c: RawCluster) -> R<ClusterConfig> {
         let membership = match (c.nodes, c.dns) {
-            (Some(_), Some(_)) => return Err(self.err("cluster.dns", "give either nodes or dns, not both")),
+            (Some(_), Some(_)) => {
+                return Err(self.err("cluster.dns", "give either nodes or dns, not both"))
+            }
             (Some(nodes), None) => {
                 if nodes.is_empty() {
-                    return Err(self.err("cluster.nodes", "is empty and no dns name is given: list at least one node"));
+                    return Err(self.err(
+                        "cluster.nodes",
+                        "is empty and no dns name is given: list at least one node",
+                    ));
                 }
                 let mut specs = Vec::with_capacity(nodes.len());
                 for (i, e) in nodes.into_iter().enumerate() {
                     let spec = self.node_entry(i, e)?;
                     if specs.iter().any(|s: &NodeSpec| s.id == spec.id) {
-                        return Err(self.err(format!("cluster.nodes[{i}]"), format!("node {} is listed twice", spec.id)));
+                        return Err(self.err(
+                            format!("cluster.nodes[{i}]"),
+                            format!("node {} is listed twice", spec.id),
+                        ));
                     }
                     specs.push(spec);
                 }
@@ -431,25 +501,40 @@ impl Validator<'_> {
                 let id = canonical_node_id(&dns).map_err(|m| self.err("cluster.dns", m))?;
                 let (host, port) = id.rsplit_once(':').expect("canonical ids have a port");
                 Membership::Dns {
-                    host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                    host: host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_owned(),
                     port: port.parse().expect("canonical port"),
-                    refresh: self.positive("cluster.refresh", c.refresh.map_or(defaults::DNS_REFRESH, |d| d.0))?,
+                    refresh: self.positive(
+                        "cluster.refresh",
+                        c.refresh.map_or(defaults::DNS_REFRESH, |d| d.0),
+                    )?,
                 }
             }
             (None, None) => {
-                return Err(self.err("cluster.nodes", "no nodes and no dns name: a [cluster] needs one of them"));
+                return Err(self.err(
+                    "cluster.nodes",
+                    "no nodes and no dns name: a [cluster] needs one of them",
+                ));
             }
         };
         if c.refresh.is_some() && matches!(membership, Membership::Static(_)) {
             return Err(self.err("cluster.refresh", "only applies with dns"));
         }
         let block_size = c.block_size.map_or(defaults::CLUSTER_BLOCK_SIZE, |s| s.0);
-        if block_size < 4096 || block_size > (1 << 30) {
-            return Err(self.err("cluster.block_size", format!("{block_size} is out of range 4KiB..=1GiB")));
+        if !(4096..=(1 << 30)).contains(&block_size) {
+            return Err(self.err(
+                "cluster.block_size",
+                format!("{block_size} is out of range 4KiB..=1GiB"),
+            ));
         }
         let read_window = c.read_window.unwrap_or(defaults::READ_WINDOW);
         if read_window == 0 || read_window > 1024 {
-            return Err(self.err("cluster.read_window", format!("{read_window} is out of range 1..=1024")));
+            return Err(self.err(
+                "cluster.read_window",
+                format!("{read_window} is out of range 1..=1024"),
+            ));
         }
         let load_limit = c.load_limit.unwrap_or(defaults::LOAD_LIMIT);
         if load_limit == 0 {
@@ -457,7 +542,10 @@ impl Validator<'_> {
         }
         if let Some(f) = c.load_factor {
             if !f.is_finite() || f < 1.0 {
-                return Err(self.err("cluster.load_factor", format!("{f} must be a number >= 1.0")));
+                return Err(self.err(
+                    "cluster.load_factor",
+                    format!("{f} must be a number >= 1.0"),
+                ));
             }
         }
         let hedge = HedgeConfig {
@@ -466,21 +554,40 @@ impl Validator<'_> {
             budget: c.hedge_budget.unwrap_or(defaults::HEDGE_BUDGET),
         };
         if !hedge.factor.is_finite() || hedge.factor < 1.0 {
-            return Err(self.err("cluster.hedge_factor", format!("{} must be a number >= 1.0", hedge.factor)));
+            return Err(self.err(
+                "cluster.hedge_factor",
+                format!("{} must be a number >= 1.0", hedge.factor),
+            ));
         }
         if !(0.0..=1.0).contains(&hedge.budget) {
-            return Err(self.err("cluster.hedge_budget", format!("{} must be a fraction between 0 and 1", hedge.budget)));
+            return Err(self.err(
+                "cluster.hedge_budget",
+                format!("{} must be a fraction between 0 and 1", hedge.budget),
+            ));
         }
         let timeouts = Timeouts {
-            connect: self.positive("cluster.connect_timeout", c.connect_timeout.map_or(defaults::NODE_CONNECT_TIMEOUT, |d| d.0))?,
+            connect: self.positive(
+                "cluster.connect_timeout",
+                c.connect_timeout
+                    .map_or(defaults::NODE_CONNECT_TIMEOUT, |d| d.0),
+            )?,
             first_byte: self.positive(
                 "cluster.first_byte_timeout",
-                c.first_byte_timeout.map_or(defaults::NODE_FIRST_BYTE_TIMEOUT, |d| d.0),
+                c.first_byte_timeout
+                    .map_or(defaults::NODE_FIRST_BYTE_TIMEOUT, |d| d.0),
             )?,
-            stall: self.positive("cluster.stall_timeout", c.stall_timeout.map_or(defaults::NODE_STALL_TIMEOUT, |d| d.0))?,
+            stall: self.positive(
+                "cluster.stall_timeout",
+                c.stall_timeout
+                    .map_or(defaults::NODE_STALL_TIMEOUT, |d| d.0),
+            )?,
         };
         let credentials = self
-            .credentials("cluster.credentials", &c.credentials.unwrap_or_default(), false)?
+            .credentials(
+                "cluster.credentials",
+                &c.credentials.unwrap_or_default(),
+                false,
+            )?
             .unwrap_or(CredentialMode::Anonymous);
         Ok(ClusterConfig {
             membership,
@@ -489,7 +596,10 @@ impl Validator<'_> {
             read_window,
             load_limit,
             load_factor: c.load_factor,
-            down_for: self.positive("cluster.down_for", c.down_for.map_or(defaults::DOWN_FOR, |d| d.0))?,
+            down_for: self.positive(
+                "cluster.down_for",
+                c.down_for.map_or(defaults::DOWN_FOR, |d| d.0),
+            )?,
             hedge,
             timeouts,
             tls: c.tls.unwrap_or(false),
@@ -498,13 +608,21 @@ impl Validator<'_> {
     }
 
     fn cache(&self, c: RawCache, is_node: bool) -> R<CacheConfig> {
-        let ram_size = c
-            .ram_size
-            .map_or(if is_node { defaults::NODE_RAM } else { defaults::MOUNT_RAM }, |s| s.0);
+        let ram_size = c.ram_size.map_or(
+            if is_node {
+                defaults::NODE_RAM
+            } else {
+                defaults::MOUNT_RAM
+            },
+            |s| s.0,
+        );
         let disk_size = c.disk_size.map_or(0, |s| s.0);
         let data_dir = c.data_dir.map(PathBuf::from);
         if disk_size > 0 && data_dir.is_none() {
-            return Err(self.err("cache.data_dir", "cache.disk_size is set, so a data_dir for the disk tier is needed"));
+            return Err(self.err(
+                "cache.data_dir",
+                "cache.disk_size is set, so a data_dir for the disk tier is needed",
+            ));
         }
         Ok(CacheConfig {
             ram_size,
@@ -514,21 +632,33 @@ impl Validator<'_> {
     }
 
     fn socket_addr(&self, key: &str, s: &str) -> R<SocketAddr> {
-        s.parse()
-            .map_err(|_| self.err(key, format!("{s:?} is not an address like 0.0.0.0:9000 or [::1]:9000")))
+        s.parse().map_err(|_| {
+            self.err(
+                key,
+                format!("{s:?} is not an address like 0.0.0.0:9000 or [::1]:9000"),
+            )
+        })
     }
 
     fn node(&self, n: RawNode) -> R<NodeConfig> {
         let block_size = n.block_size.map_or(defaults::NODE_BLOCK_SIZE, |s| s.0);
         if !(4096..=(64 << 20)).contains(&block_size) {
-            return Err(self.err("node.block_size", format!("{block_size} is out of range 4KiB..=64MiB")));
+            return Err(self.err(
+                "node.block_size",
+                format!("{block_size} is out of range 4KiB..=64MiB"),
+            ));
         }
         Ok(NodeConfig {
-            listen: self.socket_addr("node.listen", n.listen.as_deref().unwrap_or("0.0.0.0:9000"))?,
+            listen: self
+                .socket_addr("node.listen", n.listen.as_deref().unwrap_or("0.0.0.0:9000"))?,
             block_size,
-            revalidate_after: n.revalidate_after.map_or(defaults::REVALIDATE_AFTER, |d| d.0),
+            revalidate_after: n
+                .revalidate_after
+                .map_or(defaults::REVALIDATE_AFTER, |d| d.0),
             list_ttl: n.list_ttl.map_or(Duration::ZERO, |d| d.0),
-            shutdown_timeout: n.shutdown_timeout.map_or(defaults::SHUTDOWN_TIMEOUT, |d| d.0),
+            shutdown_timeout: n
+                .shutdown_timeout
+                .map_or(defaults::SHUTDOWN_TIMEOUT, |d| d.0),
             zone: n.zone,
         })
     }
@@ -561,7 +691,10 @@ impl Validator<'_> {
         match a.mode.as_deref() {
             Some("none") => {
                 if a.keys.is_some() {
-                    return Err(self.err("auth.keys", "keys are listed but mode = \"none\" accepts everyone: remove one"));
+                    return Err(self.err(
+                        "auth.keys",
+                        "keys are listed but mode = \"none\" accepts everyone: remove one",
+                    ));
                 }
                 Ok(AuthConfig::None)
             }
@@ -581,7 +714,11 @@ impl Validator<'_> {
                     }
                     match self.credentials(&section, k, false)? {
                         Some(CredentialMode::Keys(c)) => keys.push(c),
-                        _ => return Err(self.err(section, "needs access_key_id and secret_access_key")),
+                        _ => {
+                            return Err(
+                                self.err(section, "needs access_key_id and secret_access_key")
+                            )
+                        }
                     }
                 }
                 Ok(AuthConfig::SigV4 {
@@ -589,13 +726,20 @@ impl Validator<'_> {
                     max_skew: a.max_skew.map_or(defaults::MAX_SKEW, |d| d.0),
                 })
             }
-            Some(other) => Err(self.err("auth.mode", format!("{other:?} is not \"sigv4\" or \"none\""))),
+            Some(other) => Err(self.err(
+                "auth.mode",
+                format!("{other:?} is not \"sigv4\" or \"none\""),
+            )),
         }
     }
 
     fn tls(&self, t: RawTls) -> R<TlsConfig> {
-        let cert = t.cert.ok_or_else(|| self.err("tls.cert", "is required in [tls]"))?;
-        let key = t.key.ok_or_else(|| self.err("tls.key", "is required in [tls]"))?;
+        let cert = t
+            .cert
+            .ok_or_else(|| self.err("tls.cert", "is required in [tls]"))?;
+        let key = t
+            .key
+            .ok_or_else(|| self.err("tls.key", "is required in [tls]"))?;
         Ok(TlsConfig {
             cert: PathBuf::from(cert),
             key: PathBuf::from(key),

@@ -13,7 +13,11 @@ impl Env for MapEnv {
 }
 
 fn env() -> MapEnv {
-    MapEnv([("NODE_SECRET".to_string(), "from-env".to_string())].into_iter().collect())
+    MapEnv(
+        [("NODE_SECRET".to_string(), "from-env".to_string())]
+            .into_iter()
+            .collect(),
+    )
 }
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -25,9 +29,16 @@ fn refused(text: &str, key: &str, needle: &str) {
     let e = parse(text).expect_err(text);
     assert_eq!(e.file, "test.toml");
     assert_eq!(e.key, key, "wrong key for {text:?}: {e}");
-    assert!(e.message.contains(needle), "message {:?} lacks {needle:?}", e.message);
+    assert!(
+        e.message.contains(needle),
+        "message {:?} lacks {needle:?}",
+        e.message
+    );
     let shown = e.to_string();
-    assert!(shown.starts_with("test.toml: ") && shown.contains(key), "{shown}");
+    assert!(
+        shown.starts_with("test.toml: ") && shown.contains(key),
+        "{shown}"
+    );
 }
 
 const ORIGIN: &str = "[origin]\nendpoint = \"http://127.0.0.1:9000\"\ncredentials = { access_key_id = \"a\", secret_access_key = \"s\" }\n";
@@ -46,7 +57,10 @@ fn defaults_follow_design() {
 
 #[test]
 fn node_ids_are_canonical() {
-    assert_eq!(canonical_node_id("Cache-1.Example.COM:9000").unwrap(), "cache-1.example.com:9000");
+    assert_eq!(
+        canonical_node_id("Cache-1.Example.COM:9000").unwrap(),
+        "cache-1.example.com:9000"
+    );
     assert_eq!(canonical_node_id("[::1]:80").unwrap(), "[::1]:80");
     assert!(canonical_node_id("host").is_err());
     assert!(canonical_node_id("host:0").is_err());
@@ -57,8 +71,17 @@ fn node_ids_are_canonical() {
 #[test]
 fn weighted_and_zoned_nodes() {
     let c = parse("[cluster]\nzone = \"a\"\nnodes = [\"A:1\", { id = \"b:2\", weight = 2.5, zone = \"a\" }]\n").unwrap();
-    let Membership::Static(n) = &c.cluster().unwrap().membership else { panic!() };
-    assert_eq!(n[0], NodeSpec { id: "a:1".into(), weight: 1.0, zone: None });
+    let Membership::Static(n) = &c.cluster().unwrap().membership else {
+        panic!()
+    };
+    assert_eq!(
+        n[0],
+        NodeSpec {
+            id: "a:1".into(),
+            weight: 1.0,
+            zone: None
+        }
+    );
     assert_eq!(n[1].weight, 2.5);
     assert_eq!(n[1].zone.as_deref(), Some("a"));
 }
@@ -69,13 +92,19 @@ fn secrets_from_env() {
         "{ORIGIN}[auth]\n[[auth.keys]]\naccess_key_id = \"k\"\nsecret_access_key_env = \"NODE_SECRET\"\n"
     ))
     .unwrap();
-    let AuthConfig::SigV4 { keys, .. } = c.auth().unwrap() else { panic!() };
+    let AuthConfig::SigV4 { keys, .. } = c.auth().unwrap() else {
+        panic!()
+    };
     assert_eq!(keys[0].secret_access_key, "from-env");
 }
 
 #[test]
 fn unknown_key() {
-    refused("[cluster]\nnodes = [\"a:1\"]\nblock_sise = \"1MiB\"\n", "cluster.block_sise", "unknown field `block_sise`");
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nblock_sise = \"1MiB\"\n",
+        "cluster.block_sise",
+        "unknown field `block_sise`",
+    );
     let e = parse("[cluster]\nnodes = [\"a:1\"]\nblock_sise = \"1MiB\"\n").unwrap_err();
     assert!(e.message.contains("(line 3)"), "{e}");
 }
@@ -87,13 +116,25 @@ fn unknown_section() {
 
 #[test]
 fn bad_size() {
-    refused("[cluster]\nnodes = [\"a:1\"]\nblock_size = \"big\"\n", "cluster.block_size", "not a size");
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nblock_size = \"big\"\n",
+        "cluster.block_size",
+        "not a size",
+    );
 }
 
 #[test]
 fn bad_duration() {
-    refused("[cluster]\nnodes = [\"a:1\"]\ndown_for = 5\n", "cluster.down_for", "has no unit");
-    refused("[cluster]\nnodes = [\"a:1\"]\ndown_for = \"soon\"\n", "cluster.down_for", "not a duration");
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\ndown_for = 5\n",
+        "cluster.down_for",
+        "has no unit",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\ndown_for = \"soon\"\n",
+        "cluster.down_for",
+        "not a duration",
+    );
 }
 
 #[test]
@@ -107,18 +148,34 @@ fn block_size_not_multiple_of_node_block() {
 
 #[test]
 fn empty_node_list_without_dns() {
-    refused("[cluster]\nnodes = []\n", "cluster.nodes", "is empty and no dns");
-    refused("[cluster]\nread_window = 4\n", "cluster.nodes", "no nodes and no dns");
+    refused(
+        "[cluster]\nnodes = []\n",
+        "cluster.nodes",
+        "is empty and no dns",
+    );
+    refused(
+        "[cluster]\nread_window = 4\n",
+        "cluster.nodes",
+        "no nodes and no dns",
+    );
 }
 
 #[test]
 fn dns_without_port() {
-    refused("[cluster]\ndns = \"cache.svc.local\"\n", "cluster.dns", "has no port");
+    refused(
+        "[cluster]\ndns = \"cache.svc.local\"\n",
+        "cluster.dns",
+        "has no port",
+    );
 }
 
 #[test]
 fn nodes_and_dns_together() {
-    refused("[cluster]\nnodes = [\"a:1\"]\ndns = \"x:1\"\n", "cluster.dns", "not both");
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\ndns = \"x:1\"\n",
+        "cluster.dns",
+        "not both",
+    );
 }
 
 #[test]
@@ -141,13 +198,25 @@ fn secret_env_unset() {
 
 #[test]
 fn bad_weight() {
-    refused("[cluster]\nnodes = [{ id = \"a:1\", weight = 0.0 }]\n", "cluster.nodes[0].weight", "greater than 0");
-    refused("[cluster]\nnodes = [{ id = \"a:1\", weight = nan }]\n", "cluster.nodes[0].weight", "finite");
+    refused(
+        "[cluster]\nnodes = [{ id = \"a:1\", weight = 0.0 }]\n",
+        "cluster.nodes[0].weight",
+        "greater than 0",
+    );
+    refused(
+        "[cluster]\nnodes = [{ id = \"a:1\", weight = nan }]\n",
+        "cluster.nodes[0].weight",
+        "finite",
+    );
 }
 
 #[test]
 fn duplicate_node() {
-    refused("[cluster]\nnodes = [\"a:1\", \"A:1\"]\n", "cluster.nodes[1]", "listed twice");
+    refused(
+        "[cluster]\nnodes = [\"a:1\", \"A:1\"]\n",
+        "cluster.nodes[1]",
+        "listed twice",
+    );
 }
 
 #[test]
@@ -167,7 +236,11 @@ fn bad_endpoint() {
 #[test]
 fn auth_without_keys_or_none() {
     refused("[auth]\n", "auth.keys", "mode = \"none\"");
-    refused("[auth]\nmode = \"open\"\n", "auth.mode", "not \"sigv4\" or \"none\"");
+    refused(
+        "[auth]\nmode = \"open\"\n",
+        "auth.mode",
+        "not \"sigv4\" or \"none\"",
+    );
     let c = parse("[node]\n").unwrap();
     let e = c.auth().unwrap_err();
     assert!(e.message.contains("mode = \"none\""), "{e}");
@@ -175,18 +248,30 @@ fn auth_without_keys_or_none() {
 
 #[test]
 fn bad_listen_and_modes() {
-    refused("[node]\nlisten = \"localhost\"\n", "node.listen", "not an address");
+    refused(
+        "[node]\nlisten = \"localhost\"\n",
+        "node.listen",
+        "not an address",
+    );
     refused("[mount]\nfile_mode = \"rw\"\n", "mount.file_mode", "octal");
 }
 
 #[test]
 fn disk_without_dir() {
-    refused("[cache]\ndisk_size = \"1GiB\"\n", "cache.data_dir", "data_dir");
+    refused(
+        "[cache]\ndisk_size = \"1GiB\"\n",
+        "cache.data_dir",
+        "data_dir",
+    );
 }
 
 #[test]
 fn hedge_budget_range() {
-    refused("[cluster]\nnodes = [\"a:1\"]\nhedge_budget = 1.5\n", "cluster.hedge_budget", "fraction");
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nhedge_budget = 1.5\n",
+        "cluster.hedge_budget",
+        "fraction",
+    );
 }
 
 #[test]

@@ -23,7 +23,9 @@ impl Size {
         }
         t.parse::<bytesize::ByteSize>()
             .map(|b| Size(b.as_u64()))
-            .map_err(|_| format!("{s:?} is not a size (write it like \"64KiB\", \"1MiB\" or \"10GB\")"))
+            .map_err(|_| {
+                format!("{s:?} is not a size (write it like \"64KiB\", \"1MiB\" or \"10GB\")")
+            })
     }
 }
 
@@ -39,7 +41,9 @@ impl<'de> Deserialize<'de> for Size {
                 Ok(Size(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
-                u64::try_from(v).map(Size).map_err(|_| E::custom(format!("size {v} is negative")))
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom(format!("size {v} is negative")))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
                 Size::parse(v).map_err(E::custom)
@@ -55,9 +59,9 @@ pub struct Dur(pub Duration);
 
 impl Dur {
     pub fn parse(s: &str) -> Result<Dur, String> {
-        humantime::parse_duration(s.trim())
-            .map(Dur)
-            .map_err(|e| format!("{s:?} is not a duration ({e}; write it like \"250ms\", \"5s\" or \"1h\")"))
+        humantime::parse_duration(s.trim()).map(Dur).map_err(|e| {
+            format!("{s:?} is not a duration ({e}; write it like \"250ms\", \"5s\" or \"1h\")")
+        })
     }
 }
 

@@ -11,7 +11,9 @@ use super::encode;
 use super::error::{Deadline, ErrorContext, S3Error};
 use super::sign::{Payload, Signer};
 use super::xml;
-use super::{unquote_etag, ByteStream, GetObject, GetResponse, ListEntry, ListPage, ListRequest, ObjectMeta};
+use super::{
+    unquote_etag, ByteStream, GetObject, GetResponse, ListEntry, ListPage, ListRequest, ObjectMeta,
+};
 use crate::config::{Addressing, CredentialMode, OriginConfig, RetryPolicy, Timeouts};
 
 /// Everything that shapes a client.
@@ -122,15 +124,40 @@ impl S3Client {
         let call = self.object_call(Method::GET, req)?;
         let resp = self.execute(call).await?;
         let (meta, start, end) = meta_from_headers(resp.headers(), &self.inner.label)?;
-        let body = body_stream(resp, self.inner.opts.timeouts.stall, self.inner.label.clone());
-        Ok(GetResponse { meta, start, end, body })
+        let body = body_stream(
+            resp,
+            self.inner.opts.timeouts.stall,
+            self.inner.label.clone(),
+        );
+        Ok(GetResponse {
+            meta,
+            start,
+            end,
+            body,
+        })
     }
 
-    /// `GET` of an object or range, collected into one buffer.
+    /// `GET` of an object or range, collected into one buffer. A body cut off midway
+    /// is fetched again (up to the retry policy's attempts), pinned to the ETag first
+    /// seen so the bytes are of one version.
     pub async fn get_bytes(&self, req: &GetObject) -> Result<(ObjectMeta, Bytes), S3Error> {
-        let r = self.get_object(req).await?;
-        let meta = r.meta.clone();
-        Ok((meta, r.collect().await?))
+        let max = self.inner.opts.retry.max_attempts.max(1);
+        let mut req = req.clone();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = self.get_object(&req).await?;
+            let meta = r.meta.clone();
+            match r.collect().await {
+                Ok(b) => return Ok((meta, b)),
+                Err(e) if e.is_retryable() && attempt < max => {
+                    tracing::debug!(endpoint = %self.inner.label, attempt, "body failed, fetching again: {e}");
+                    req.if_match.get_or_insert(meta.etag);
+                    tokio::time::sleep(backoff(&self.inner.opts.retry, attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// One page of `ListObjectsV2`.
@@ -185,13 +212,26 @@ impl S3Client {
             .collect();
         Ok(ListPage {
             objects,
-            common_prefixes: parsed.common_prefixes.into_iter().map(|p| p.prefix).collect(),
-            next_continuation_token: if parsed.is_truncated { parsed.next_continuation_token } else { None },
+            common_prefixes: parsed
+                .common_prefixes
+                .into_iter()
+                .map(|p| p.prefix)
+                .collect(),
+            next_continuation_token: if parsed.is_truncated {
+                parsed.next_continuation_token
+            } else {
+                None
+            },
         })
     }
 
     /// Every page of a listing, concatenated.
-    pub async fn list_all(&self, bucket: &str, prefix: &str, delimiter: Option<&str>) -> Result<ListPage, S3Error> {
+    pub async fn list_all(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+    ) -> Result<ListPage, S3Error> {
         let mut all = ListPage::default();
         let mut req = ListRequest {
             bucket: bucket.into(),
@@ -227,7 +267,12 @@ impl S3Client {
     }
 
     /// A single-request `PUT`; returns the new ETag.
-    pub async fn put_object(&self, bucket: &str, key: &str, body: Bytes) -> Result<String, S3Error> {
+    pub async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Bytes,
+    ) -> Result<String, S3Error> {
         self.check_key(key)?;
         let call = Call {
             method: Method::PUT,
@@ -267,12 +312,21 @@ impl S3Client {
     }
 
     /// A presigned GET URL for `bucket/key`, valid for `expires`.
-    pub fn presign_get(&self, bucket: &str, key: &str, expires: Duration) -> Result<String, S3Error> {
+    pub fn presign_get(
+        &self,
+        bucket: &str,
+        key: &str,
+        expires: Duration,
+    ) -> Result<String, S3Error> {
         self.check_key(key)?;
         let (url, host) = self.url(bucket, key, "");
-        let signer = self.inner.signer.as_ref().ok_or_else(|| S3Error::AccessDenied {
-            message: "cannot presign without credentials".into(),
-        })?;
+        let signer = self
+            .inner
+            .signer
+            .as_ref()
+            .ok_or_else(|| S3Error::AccessDenied {
+                message: "cannot presign without credentials".into(),
+            })?;
         signer
             .presign("GET", &url, &[("host", &host)], expires, SystemTime::now())
             .map_err(|message| S3Error::Protocol {
@@ -328,18 +382,35 @@ impl S3Client {
         let host = ep.host_str().unwrap_or_default();
         let port = ep.port().map(|p| format!(":{p}")).unwrap_or_default();
         let (authority, path) = match self.inner.opts.addressing {
-            Addressing::Path if key.is_empty() => (format!("{host}{port}"), format!("/{}", encode::path(bucket))),
-            Addressing::Path => (format!("{host}{port}"), format!("/{}/{}", encode::path(bucket), encode::path(key))),
-            Addressing::Virtual => (format!("{bucket}.{host}{port}"), format!("/{}", encode::path(key))),
+            Addressing::Path if key.is_empty() => (
+                format!("{host}{port}"),
+                format!("/{}", encode::path(bucket)),
+            ),
+            Addressing::Path => (
+                format!("{host}{port}"),
+                format!("/{}/{}", encode::path(bucket), encode::path(key)),
+            ),
+            Addressing::Virtual => (
+                format!("{bucket}.{host}{port}"),
+                format!("/{}", encode::path(key)),
+            ),
         };
-        let q = if query.is_empty() { String::new() } else { format!("?{query}") };
+        let q = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
         (format!("{}://{authority}{path}{q}", ep.scheme()), authority)
     }
 
     /// Sends `call`, retrying idempotent requests, and maps error statuses.
     async fn execute(&self, call: Call<'_>) -> Result<reqwest::Response, S3Error> {
         let policy = self.inner.opts.retry;
-        let max = if call.retry { policy.max_attempts.max(1) } else { 1 };
+        let max = if call.retry {
+            policy.max_attempts.max(1)
+        } else {
+            1
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -366,7 +437,11 @@ impl S3Client {
         let (url, host) = self.url(call.bucket, call.key, &call.query);
         let mut headers = HeaderMap::new();
         for (k, v) in call.signed.iter().chain(call.unsigned.iter()) {
-            headers.insert(*k, v.parse().map_err(|_| protocol(&inner.label, format!("bad header value for {k}")))?);
+            headers.insert(
+                *k,
+                v.parse()
+                    .map_err(|_| protocol(&inner.label, format!("bad header value for {k}")))?,
+            );
         }
         if let Some(signer) = &inner.signer {
             let mut to_sign: Vec<(&str, &str)> = vec![("host", host.as_str())];
@@ -377,11 +452,23 @@ impl S3Client {
                 Payload::Bytes(&call.body)
             };
             let added = signer
-                .sign_headers(call.method.as_str(), &url, &to_sign, payload, SystemTime::now())
+                .sign_headers(
+                    call.method.as_str(),
+                    &url,
+                    &to_sign,
+                    payload,
+                    SystemTime::now(),
+                )
                 .map_err(|m| protocol(&inner.label, m))?;
             for (k, v) in added {
-                let name: http::HeaderName = k.parse().map_err(|_| protocol(&inner.label, format!("bad header {k}")))?;
-                headers.insert(name, v.parse().map_err(|_| protocol(&inner.label, format!("bad value for {k}")))?);
+                let name: http::HeaderName = k
+                    .parse()
+                    .map_err(|_| protocol(&inner.label, format!("bad header {k}")))?;
+                headers.insert(
+                    name,
+                    v.parse()
+                        .map_err(|_| protocol(&inner.label, format!("bad value for {k}")))?,
+                );
             }
         }
         let req = inner
@@ -398,7 +485,13 @@ impl S3Client {
                     after: first_byte,
                 })
             }
-            Ok(Err(e)) => return Err(transport_error(&inner.label, &e, inner.opts.timeouts.connect)),
+            Ok(Err(e)) => {
+                return Err(transport_error(
+                    &inner.label,
+                    &e,
+                    inner.opts.timeouts.connect,
+                ))
+            }
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
@@ -413,9 +506,16 @@ impl S3Client {
         if status == StatusCode::NOT_MODIFIED || call.method == Method::HEAD {
             return Err(S3Error::from_response(status.as_u16(), None, None, &ctx));
         }
-        let body = read_small_body(resp, inner.opts.timeouts.stall, &inner.label).await.unwrap_or_default();
+        let body = read_small_body(resp, inner.opts.timeouts.stall, &inner.label)
+            .await
+            .unwrap_or_default();
         let parsed = xml::parse_error(&body);
-        Err(S3Error::from_response(status.as_u16(), parsed.code, parsed.message, &ctx))
+        Err(S3Error::from_response(
+            status.as_u16(),
+            parsed.code,
+            parsed.message,
+            &ctx,
+        ))
     }
 }
 
@@ -456,13 +556,20 @@ fn transport_error(endpoint: &str, e: &reqwest::Error, connect_timeout: Duration
 
 /// Full jitter: a random wait up to `base * 2^(attempt-1)`, capped at `max`.
 fn backoff(p: &RetryPolicy, attempt: u32) -> Duration {
-    let ceiling = p.base.saturating_mul(1u32 << (attempt - 1).min(16)).min(p.max);
+    let ceiling = p
+        .base
+        .saturating_mul(1u32 << (attempt - 1).min(16))
+        .min(p.max);
     let ms = ceiling.as_millis().max(1) as u64;
     Duration::from_millis(rand::random_range(ms / 4..=ms))
 }
 
 /// Reads a body expected to be small (XML) within the stall deadline per chunk.
-async fn read_small_body(resp: reqwest::Response, stall: Duration, endpoint: &str) -> Result<Bytes, S3Error> {
+async fn read_small_body(
+    resp: reqwest::Response,
+    stall: Duration,
+    endpoint: &str,
+) -> Result<Bytes, S3Error> {
     let mut s = body_stream(resp, stall, endpoint.to_owned());
     let mut buf = bytes::BytesMut::new();
     while let Some(c) = s.next().await {
@@ -475,33 +582,40 @@ async fn read_small_body(resp: reqwest::Response, stall: Duration, endpoint: &st
 }
 
 /// The response body as a stream that fails if no bytes come for `stall`.
-pub(crate) fn body_stream(resp: reqwest::Response, stall: Duration, endpoint: String) -> ByteStream {
+pub(crate) fn body_stream(
+    resp: reqwest::Response,
+    stall: Duration,
+    endpoint: String,
+) -> ByteStream {
     let inner = resp.bytes_stream();
-    Box::pin(futures_util::stream::unfold(Some(Box::pin(inner)), move |state| {
-        let endpoint = endpoint.clone();
-        async move {
-            let mut s = state?;
-            match tokio::time::timeout(stall, s.next()).await {
-                Err(_) => Some((
-                    Err(S3Error::Timeout {
-                        endpoint,
-                        deadline: Deadline::Stall,
-                        after: stall,
-                    }),
-                    None,
-                )),
-                Ok(None) => None,
-                Ok(Some(Ok(b))) => Some((Ok(b), Some(s))),
-                Ok(Some(Err(e))) => Some((
-                    Err(S3Error::Transport {
-                        endpoint,
-                        message: format!("body cut off: {e}"),
-                    }),
-                    None,
-                )),
+    Box::pin(futures_util::stream::unfold(
+        Some(Box::pin(inner)),
+        move |state| {
+            let endpoint = endpoint.clone();
+            async move {
+                let mut s = state?;
+                match tokio::time::timeout(stall, s.next()).await {
+                    Err(_) => Some((
+                        Err(S3Error::Timeout {
+                            endpoint,
+                            deadline: Deadline::Stall,
+                            after: stall,
+                        }),
+                        None,
+                    )),
+                    Ok(None) => None,
+                    Ok(Some(Ok(b))) => Some((Ok(b), Some(s))),
+                    Ok(Some(Err(e))) => Some((
+                        Err(S3Error::Transport {
+                            endpoint,
+                            message: format!("body cut off: {e}"),
+                        }),
+                        None,
+                    )),
+                }
             }
-        }
-    }))
+        },
+    ))
 }
 
 /// Size, ETag and the carried range from GET/HEAD response headers.
@@ -511,11 +625,15 @@ fn meta_from_headers(h: &HeaderMap, endpoint: &str) -> Result<(ObjectMeta, u64, 
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| protocol(endpoint, "response has no Content-Length".into()))?;
     let (start, end, size) = match get(http::header::CONTENT_RANGE) {
-        Some(cr) => parse_content_range(cr).ok_or_else(|| protocol(endpoint, format!("bad Content-Range {cr:?}")))?,
+        Some(cr) => parse_content_range(cr)
+            .ok_or_else(|| protocol(endpoint, format!("bad Content-Range {cr:?}")))?,
         None => (0, len, len),
     };
     if end - start != len {
-        return Err(protocol(endpoint, format!("Content-Length {len} does not match Content-Range {start}..{end}")));
+        return Err(protocol(
+            endpoint,
+            format!("Content-Length {len} does not match Content-Range {start}..{end}"),
+        ));
     }
     let etag = get(http::header::ETAG)
         .map(|v| unquote_etag(v).to_owned())
@@ -524,7 +642,8 @@ fn meta_from_headers(h: &HeaderMap, endpoint: &str) -> Result<(ObjectMeta, u64, 
         ObjectMeta {
             size,
             etag,
-            last_modified: get(http::header::LAST_MODIFIED).and_then(|v| httpdate::parse_http_date(v).ok()),
+            last_modified: get(http::header::LAST_MODIFIED)
+                .and_then(|v| httpdate::parse_http_date(v).ok()),
             content_type: get(http::header::CONTENT_TYPE).map(str::to_owned),
         },
         start,
@@ -582,7 +701,12 @@ mod tests {
     fn iso8601() {
         let t = parse_iso8601("2024-01-02T03:04:05.250Z").unwrap();
         assert_eq!(httpdate::fmt_http_date(t), "Tue, 02 Jan 2024 03:04:05 GMT");
-        assert_eq!(t.duration_since(SystemTime::UNIX_EPOCH).unwrap().subsec_millis(), 250);
+        assert_eq!(
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .subsec_millis(),
+            250
+        );
         assert!(parse_iso8601("yesterday").is_none());
     }
 

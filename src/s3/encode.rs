@@ -7,7 +7,11 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// Everything except `A-Z a-z 0-9 - _ . ~`.
-const QUERY: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const QUERY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 /// As [`QUERY`], but `/` stays a separator.
 const PATH: &AsciiSet = &QUERY.remove(b'/');
 

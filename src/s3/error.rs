@@ -28,26 +28,44 @@ pub enum S3Error {
     NoSuchKey { bucket: String, key: String },
     #[error("NoSuchBucket: bucket {bucket:?} does not exist")]
     NoSuchBucket { bucket: String },
-    #[error("PreconditionFailed: s3://{bucket}/{key} changed (its ETag is no longer the one asked for)")]
+    #[error(
+        "PreconditionFailed: s3://{bucket}/{key} changed (its ETag is no longer the one asked for)"
+    )]
     PreconditionFailed { bucket: String, key: String },
     #[error("NotModified: s3://{bucket}/{key} still has the ETag given in If-None-Match")]
     NotModified { bucket: String, key: String },
     #[error("InvalidRange: {range} is outside s3://{bucket}/{key}")]
-    InvalidRange { bucket: String, key: String, range: String },
+    InvalidRange {
+        bucket: String,
+        key: String,
+        range: String,
+    },
     #[error("AccessDenied: {message}")]
     AccessDenied { message: String },
     #[error("Throttled ({code}): {message}")]
     Throttled { code: String, message: String },
     #[error("server error {status} {code}: {message}")]
-    Server { status: u16, code: String, message: String },
+    Server {
+        status: u16,
+        code: String,
+        message: String,
+    },
     #[error("request refused with {status} {code}: {message}")]
-    BadRequest { status: u16, code: String, message: String },
+    BadRequest {
+        status: u16,
+        code: String,
+        message: String,
+    },
     #[error("cannot connect to {endpoint}: {message}")]
     Connect { endpoint: String, message: String },
     #[error("transport error talking to {endpoint}: {message}")]
     Transport { endpoint: String, message: String },
     #[error("timed out waiting for {deadline} from {endpoint} after {after:?}")]
-    Timeout { endpoint: String, deadline: Deadline, after: Duration },
+    Timeout {
+        endpoint: String,
+        deadline: Deadline,
+        after: Duration,
+    },
     #[error("invalid object key {key:?}: {reason}")]
     InvalidKey { key: String, reason: String },
     #[error("malformed response from {endpoint}: {message}")]
@@ -127,7 +145,12 @@ impl S3Error {
 
     /// Maps an error response. `code`/`message` come from the XML body when there is one
     /// (HEAD responses have none).
-    pub(crate) fn from_response(status: u16, code: Option<String>, message: Option<String>, ctx: &ErrorContext<'_>) -> S3Error {
+    pub(crate) fn from_response(
+        status: u16,
+        code: Option<String>,
+        message: Option<String>,
+        ctx: &ErrorContext<'_>,
+    ) -> S3Error {
         let bucket = ctx.bucket.to_owned();
         let key = ctx.key.to_owned();
         let code_s = code.clone().unwrap_or_default();
@@ -151,18 +174,33 @@ impl S3Error {
                     format!("{code_s}: {message}")
                 },
             },
-            (429, _) | (_, "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded") => S3Error::Throttled {
-                code: if code_s.is_empty() { "TooManyRequests".into() } else { code_s },
-                message,
-            },
+            (429, _)
+            | (_, "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
+                S3Error::Throttled {
+                    code: if code_s.is_empty() {
+                        "TooManyRequests".into()
+                    } else {
+                        code_s
+                    },
+                    message,
+                }
+            }
             (500..=599, _) => S3Error::Server {
                 status,
-                code: if code_s.is_empty() { default_message(status).replace(' ', "") } else { code_s },
+                code: if code_s.is_empty() {
+                    default_message(status).replace(' ', "")
+                } else {
+                    code_s
+                },
                 message,
             },
             _ => S3Error::BadRequest {
                 status,
-                code: if code_s.is_empty() { format!("Http{status}") } else { code_s },
+                code: if code_s.is_empty() {
+                    format!("Http{status}")
+                } else {
+                    code_s
+                },
                 message,
             },
         }
@@ -204,18 +242,40 @@ mod tests {
     #[test]
     fn maps_codes() {
         let e = S3Error::from_response(404, Some("NoSuchKey".into()), None, &ctx());
-        assert_eq!(e, S3Error::NoSuchKey { bucket: "b".into(), key: "k".into() });
+        assert_eq!(
+            e,
+            S3Error::NoSuchKey {
+                bucket: "b".into(),
+                key: "k".into()
+            }
+        );
         assert!(e.is_answer() && !e.is_retryable());
-        let e = S3Error::from_response(503, Some("SlowDown".into()), Some("Please reduce".into()), &ctx());
+        let e = S3Error::from_response(
+            503,
+            Some("SlowDown".into()),
+            Some("Please reduce".into()),
+            &ctx(),
+        );
         assert!(matches!(e, S3Error::Throttled { .. }) && e.is_retryable());
         assert_eq!(e.s3_code(), "SlowDown");
-        let e = S3Error::from_response(403, Some("SignatureDoesNotMatch".into()), Some("bad sig".into()), &ctx());
-        assert_eq!(e.to_string(), "AccessDenied: SignatureDoesNotMatch: bad sig");
+        let e = S3Error::from_response(
+            403,
+            Some("SignatureDoesNotMatch".into()),
+            Some("bad sig".into()),
+            &ctx(),
+        );
+        assert_eq!(
+            e.to_string(),
+            "AccessDenied: SignatureDoesNotMatch: bad sig"
+        );
         let e = S3Error::from_response(416, None, None, &ctx());
         assert!(e.to_string().contains("bytes=10-20"));
         let e = S3Error::from_response(500, None, None, &ctx());
         assert!(matches!(e, S3Error::Server { status: 500, .. }));
-        let wrapped = S3Error::Exhausted { attempts: 3, last: Box::new(e.clone()) };
+        let wrapped = S3Error::Exhausted {
+            attempts: 3,
+            last: Box::new(e.clone()),
+        };
         assert_eq!(wrapped.cause(), &e);
         assert!(wrapped.to_string().contains("after 3 attempts"));
     }

@@ -46,7 +46,10 @@ impl ByteRange {
 
     pub fn header(&self) -> String {
         match self {
-            ByteRange::From { first, last: Some(l) } => format!("bytes={first}-{l}"),
+            ByteRange::From {
+                first,
+                last: Some(l),
+            } => format!("bytes={first}-{l}"),
             ByteRange::From { first, last: None } => format!("bytes={first}-"),
             ByteRange::Suffix(n) => format!("bytes=-{n}"),
         }
@@ -152,5 +155,7 @@ pub struct ListPage {
 pub fn unquote_etag(s: &str) -> &str {
     let s = s.trim();
     let s = s.strip_prefix("W/").unwrap_or(s);
-    s.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(s)
+    s.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(s)
 }

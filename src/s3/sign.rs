@@ -9,8 +9,8 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sigv4::http_request::{
-    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
-    UriPathNormalizationMode,
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
+    SignatureLocation, SigningSettings, UriPathNormalizationMode,
 };
 use aws_sigv4::sign::v4;
 
@@ -34,7 +34,10 @@ pub struct Signer {
 
 impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signer").field("region", &self.region).field("service", &self.service).finish()
+        f.debug_struct("Signer")
+            .field("region", &self.region)
+            .field("service", &self.service)
+            .finish()
     }
 }
 
@@ -58,7 +61,11 @@ impl Signer {
         }
     }
 
-    fn settings(&self, location: SignatureLocation, checksum: PayloadChecksumKind) -> SigningSettings {
+    fn settings(
+        &self,
+        location: SignatureLocation,
+        checksum: PayloadChecksumKind,
+    ) -> SigningSettings {
         let mut s = SigningSettings::default();
         if self.service == "s3" {
             s.percent_encoding_mode = PercentEncodingMode::Single;
@@ -90,13 +97,27 @@ impl Signer {
     }
 
     /// A presigned URL for `method` on `url`, valid for `expires`.
-    pub fn presign(&self, method: &str, url: &str, headers: &[(&str, &str)], expires: Duration, time: SystemTime) -> Result<String, String> {
-        let mut settings = self.settings(SignatureLocation::QueryParams, PayloadChecksumKind::NoHeader);
+    pub fn presign(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        expires: Duration,
+        time: SystemTime,
+    ) -> Result<String, String> {
+        let mut settings = self.settings(
+            SignatureLocation::QueryParams,
+            PayloadChecksumKind::NoHeader,
+        );
         settings.expires_in = Some(expires);
         let ((_, params), _) = self.run(method, url, headers, Payload::Unsigned, time, settings)?;
         let mut out = url.to_owned();
         for (i, (k, v)) in params.iter().enumerate() {
-            let sep = if i == 0 && !url.contains('?') { '?' } else { '&' };
+            let sep = if i == 0 && !url.contains('?') {
+                '?'
+            } else {
+                '&'
+            };
             out.push(sep);
             out.push_str(k);
             out.push('=');
@@ -128,12 +149,19 @@ impl Signer {
             Payload::Bytes(b) => SignableBody::Bytes(b),
             Payload::Unsigned => SignableBody::UnsignedPayload,
         };
-        let req = SignableRequest::new(method, url, headers.iter().copied(), body).map_err(|e| format!("cannot sign {url}: {e}"))?;
+        let req = SignableRequest::new(method, url, headers.iter().copied(), body)
+            .map_err(|e| format!("cannot sign {url}: {e}"))?;
         let out = sign(req, &params).map_err(|e| format!("cannot sign {url}: {e}"))?;
         let (instructions, signature) = out.into_parts();
         let (h, q) = instructions.into_parts();
-        let h = h.into_iter().map(|h| (h.name().to_owned(), h.value().to_owned())).collect();
-        let q = q.into_iter().map(|(k, v)| (k.to_owned(), v.into_owned())).collect();
+        let h = h
+            .into_iter()
+            .map(|h| (h.name().to_owned(), h.value().to_owned()))
+            .collect();
+        let q = q
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_owned()))
+            .collect();
         Ok(((h, q), signature))
     }
 }
@@ -144,12 +172,15 @@ mod tests {
     use super::*;
 
     fn at(s: &str) -> SystemTime {
-        let t = httpdate::parse_http_date(s).unwrap();
-        t
+        httpdate::parse_http_date(s).unwrap()
     }
 
     fn auth_header(h: &[(String, String)]) -> String {
-        h.iter().find(|(k, _)| k == "authorization").unwrap().1.clone()
+        h.iter()
+            .find(|(k, _)| k == "authorization")
+            .unwrap()
+            .1
+            .clone()
     }
 
     /// The AWS SigV4 test suite's `get-vanilla` case.
@@ -193,7 +224,10 @@ mod tests {
             .sign_headers(
                 "GET",
                 "https://examplebucket.s3.amazonaws.com/test.txt",
-                &[("host", "examplebucket.s3.amazonaws.com"), ("range", "bytes=0-9")],
+                &[
+                    ("host", "examplebucket.s3.amazonaws.com"),
+                    ("range", "bytes=0-9"),
+                ],
                 Payload::Bytes(b""),
                 at("Fri, 24 May 2013 00:00:00 GMT"),
             )
@@ -220,7 +254,9 @@ mod tests {
             )
             .unwrap();
         assert!(
-            url.ends_with("X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"),
+            url.ends_with(
+                "X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+            ),
             "{url}"
         );
         assert!(url.contains("X-Amz-Expires=86400"), "{url}");

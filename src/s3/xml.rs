@@ -73,7 +73,9 @@ mod tests {
 
     #[test]
     fn parses_error() {
-        let e = parse_error(b"<Error><Code>NoSuchKey</Code><Message>gone</Message><Key>k</Key></Error>");
+        let e = parse_error(
+            b"<Error><Code>NoSuchKey</Code><Message>gone</Message><Key>k</Key></Error>",
+        );
         assert_eq!(e.code.as_deref(), Some("NoSuchKey"));
         assert_eq!(e.message.as_deref(), Some("gone"));
         assert!(parse_error(b"not xml").code.is_none());

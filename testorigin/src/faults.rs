@@ -21,6 +21,8 @@ pub struct Faults {
     error_per_mille: AtomicU32,
     reset_per_mille: AtomicU32,
     reset_after_bytes: AtomicU64,
+    fail_next: AtomicU32,
+    reset_next: AtomicU32,
 }
 
 /// A plain copy of [`Faults`], for JSON and for setting several knobs at once.
@@ -44,11 +46,16 @@ pub struct FaultSettings {
 
 impl Faults {
     pub fn set(&self, s: FaultSettings) {
-        self.first_byte_delay_ms.store(s.first_byte_delay_ms, Relaxed);
-        self.bandwidth_bytes_per_sec.store(s.bandwidth_bytes_per_sec, Relaxed);
-        self.slowdown_per_mille.store(s.slowdown_per_mille.min(1000), Relaxed);
-        self.error_per_mille.store(s.error_per_mille.min(1000), Relaxed);
-        self.reset_per_mille.store(s.reset_per_mille.min(1000), Relaxed);
+        self.first_byte_delay_ms
+            .store(s.first_byte_delay_ms, Relaxed);
+        self.bandwidth_bytes_per_sec
+            .store(s.bandwidth_bytes_per_sec, Relaxed);
+        self.slowdown_per_mille
+            .store(s.slowdown_per_mille.min(1000), Relaxed);
+        self.error_per_mille
+            .store(s.error_per_mille.min(1000), Relaxed);
+        self.reset_per_mille
+            .store(s.reset_per_mille.min(1000), Relaxed);
         self.reset_after_bytes.store(s.reset_after_bytes, Relaxed);
     }
 
@@ -65,6 +72,30 @@ impl Faults {
 
     pub fn clear(&self) {
         self.set(FaultSettings::default());
+    }
+
+    /// The next `n` S3 requests are answered `503 SlowDown`, whatever the rates say.
+    pub fn fail_next(&self, n: u32) {
+        self.fail_next.store(n, Relaxed);
+    }
+
+    /// The next `n` GET bodies are cut off mid-body.
+    pub fn reset_next(&self, n: u32) {
+        self.reset_next.store(n, Relaxed);
+    }
+
+    pub(crate) fn take(counter: &AtomicU32) -> bool {
+        counter
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    pub(crate) fn take_fail(&self) -> bool {
+        Self::take(&self.fail_next)
+    }
+
+    pub(crate) fn take_reset(&self) -> bool {
+        Self::take(&self.reset_next)
     }
 
     pub(crate) fn first_byte_delay(&self) -> Duration {
@@ -126,7 +157,11 @@ impl StatsSnapshot {
     }
 
     pub fn count(&self, method: &str) -> u64 {
-        self.requests.iter().filter(|r| r.kind.method == method).map(|r| r.count).sum()
+        self.requests
+            .iter()
+            .filter(|r| r.kind.method == method)
+            .map(|r| r.count)
+            .sum()
     }
 }
 
@@ -145,9 +180,18 @@ impl Stats {
             .lock()
             .unwrap()
             .iter()
-            .map(|(k, v)| RequestCount { kind: k.clone(), count: *v })
+            .map(|(k, v)| RequestCount {
+                kind: k.clone(),
+                count: *v,
+            })
             .collect();
-        requests.sort_by(|a, b| (&a.kind.key, &a.kind.range, &a.kind.method).cmp(&(&b.kind.key, &b.kind.range, &b.kind.method)));
+        requests.sort_by(|a, b| {
+            (&a.kind.key, &a.kind.range, &a.kind.method).cmp(&(
+                &b.kind.key,
+                &b.kind.range,
+                &b.kind.method,
+            ))
+        });
         StatsSnapshot {
             requests,
             body_bytes_sent: self.body_bytes_sent.load(Relaxed),

@@ -62,12 +62,16 @@ impl Origin {
 
     /// Serves on an already-bound listener.
     pub fn start_on(listener: TcpListener, options: OriginOptions) -> Origin {
-        let addr = listener.local_addr().expect("bound listener has an address");
+        let addr = listener
+            .local_addr()
+            .expect("bound listener has an address");
         let store = Arc::new(Store::default());
         for b in &options.buckets {
             store.create_bucket(b);
         }
-        let mut builder = s3s::service::S3ServiceBuilder::new(s3impl::MemS3 { store: store.clone() });
+        let mut builder = s3s::service::S3ServiceBuilder::new(s3impl::MemS3 {
+            store: store.clone(),
+        });
         builder.set_auth(s3s::auth::SimpleAuth::from_single(
             options.access_key.clone(),
             options.secret_key.clone(),

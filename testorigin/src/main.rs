@@ -16,9 +16,18 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9000")]
     listen: SocketAddr,
-    #[arg(long, env = "SHOAL_ORIGIN_ACCESS_KEY", default_value = "shoal-test-key")]
+    #[arg(
+        long,
+        env = "SHOAL_ORIGIN_ACCESS_KEY",
+        default_value = "shoal-test-key"
+    )]
     access_key: String,
-    #[arg(long, env = "SHOAL_ORIGIN_SECRET_KEY", default_value = "shoal-test-secret-0123456789", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SHOAL_ORIGIN_SECRET_KEY",
+        default_value = "shoal-test-secret-0123456789",
+        hide_env_values = true
+    )]
     secret_key: String,
     /// Bucket to create at start (repeatable).
     #[arg(long = "bucket", default_value = "shoal-test")]
@@ -57,7 +66,9 @@ fn seed(origin: &Origin, bucket: &str, root: &Path, dir: &Path) -> std::io::Resu
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .init();
     let args = Args::parse();
     let origin = Origin::start(OriginOptions {
@@ -75,8 +86,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Default::default()
     });
     if let Some(dir) = &args.seed {
-        let n = seed(&origin, &args.buckets[0], dir, dir).map_err(|e| format!("cannot seed from {}: {e}", dir.display()))?;
-        eprintln!("seeded {n} objects from {} into {}", dir.display(), args.buckets[0]);
+        let n = seed(&origin, &args.buckets[0], dir, dir)
+            .map_err(|e| format!("cannot seed from {}: {e}", dir.display()))?;
+        eprintln!(
+            "seeded {n} objects from {} into {}",
+            dir.display(),
+            args.buckets[0]
+        );
     }
     if let Some(f) = &args.addr_file {
         std::fs::write(f, origin.addr.to_string())?;

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
-use crate::store::{Missing, StoredObject, Store};
+use crate::store::{Missing, Store, StoredObject};
 
 #[derive(Clone)]
 pub struct MemS3 {
@@ -30,14 +30,21 @@ fn etag_of(obj: &StoredObject) -> ETag {
 }
 
 /// Applies `If-Match` / `If-None-Match` the way S3 does.
-fn check_conditions(obj: &StoredObject, if_match: Option<&ETagCondition>, if_none_match: Option<&ETagCondition>) -> S3Result<()> {
+fn check_conditions(
+    obj: &StoredObject,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> S3Result<()> {
     if let Some(cond) = if_match {
         let ok = match cond {
             ETagCondition::Any => true,
             ETagCondition::ETag(t) => t.value() == obj.etag,
         };
         if !ok {
-            return Err(s3_error!(PreconditionFailed, "At least one of the pre-conditions you specified did not hold"));
+            return Err(s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ));
         }
     }
     if let Some(cond) = if_none_match {
@@ -64,28 +71,40 @@ fn resolve_range(range: Option<Range>, len: u64) -> S3Result<Option<std::ops::Ra
 
 #[async_trait::async_trait]
 impl S3 for MemS3 {
-    async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
         if !self.store.create_bucket(&req.input.bucket) {
             return Err(s3_error!(BucketAlreadyOwnedByYou));
         }
         Ok(S3Response::new(CreateBucketOutput::default()))
     }
 
-    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
         if !self.store.bucket_exists(&req.input.bucket) {
             return Err(s3_error!(NoSuchBucket));
         }
         Ok(S3Response::new(HeadBucketOutput::default()))
     }
 
-    async fn get_bucket_location(&self, req: S3Request<GetBucketLocationInput>) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         if !self.store.bucket_exists(&req.input.bucket) {
             return Err(s3_error!(NoSuchBucket));
         }
         Ok(S3Response::new(GetBucketLocationOutput::default()))
     }
 
-    async fn list_buckets(&self, _req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
         let buckets = self
             .store
             .bucket_names()
@@ -102,7 +121,10 @@ impl S3 for MemS3 {
         }))
     }
 
-    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
         if !self.store.bucket_exists(&input.bucket) {
             return Err(s3_error!(NoSuchBucket));
@@ -124,19 +146,30 @@ impl S3 for MemS3 {
         }))
     }
 
-    async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.store.delete(&req.input.bucket, &req.input.key).map_err(missing)?;
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.store
+            .delete(&req.input.bucket, &req.input.key)
+            .map_err(missing)?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
-    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
         check_conditions(&obj, input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let len = obj.data.len() as u64;
         let range = resolve_range(input.range, len)?;
         let (content_length, content_range) = match &range {
-            Some(r) => (r.end - r.start, Some(format!("bytes {}-{}/{len}", r.start, r.end - 1))),
+            Some(r) => (
+                r.end - r.start,
+                Some(format!("bytes {}-{}/{len}", r.start, r.end - 1)),
+            ),
             None => (len, None),
         };
         Ok(S3Response::new(HeadObjectOutput {
@@ -150,7 +183,10 @@ impl S3 for MemS3 {
         }))
     }
 
-    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
         check_conditions(&obj, input.if_match.as_ref(), input.if_none_match.as_ref())?;
@@ -177,7 +213,10 @@ impl S3 for MemS3 {
         }))
     }
 
-    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
         let prefix = input.prefix.clone().unwrap_or_default();
         let max_keys = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
@@ -186,7 +225,12 @@ impl S3 for MemS3 {
                 hex::decode(t)
                     .ok()
                     .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| s3_error!(InvalidArgument, "The continuation token provided is incorrect"))?,
+                    .ok_or_else(|| {
+                        s3_error!(
+                            InvalidArgument,
+                            "The continuation token provided is incorrect"
+                        )
+                    })?,
             ),
             None => None,
         };
@@ -196,7 +240,13 @@ impl S3 for MemS3 {
         };
         let page = self
             .store
-            .list(&input.bucket, &prefix, input.delimiter.as_deref(), after, max_keys)
+            .list(
+                &input.bucket,
+                &prefix,
+                input.delimiter.as_deref(),
+                after,
+                max_keys,
+            )
             .map_err(missing)?;
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
         let contents: Vec<Object> = page
@@ -207,14 +257,18 @@ impl S3 for MemS3 {
                 size: Some(obj.data.len() as i64),
                 e_tag: Some(etag_of(obj)),
                 last_modified: Some(Timestamp::from(obj.last_modified)),
-                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                storage_class: Some(ObjectStorageClass::from_static(
+                    ObjectStorageClass::STANDARD,
+                )),
                 ..Default::default()
             })
             .collect();
         let common_prefixes: Vec<CommonPrefix> = page
             .common_prefixes
             .iter()
-            .map(|p| CommonPrefix { prefix: Some(p.clone()) })
+            .map(|p| CommonPrefix {
+                prefix: Some(p.clone()),
+            })
             .collect();
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
@@ -239,7 +293,9 @@ impl S3 for MemS3 {
 }
 
 /// Splits a body into 256 KiB chunks so the fault layer can pace and cut it.
-fn chunked(body: Bytes) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static {
+fn chunked(
+    body: Bytes,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + Sync + 'static {
     const CHUNK: usize = 256 * 1024;
     let n = body.len().div_ceil(CHUNK);
     futures_util::stream::iter((0..n).map(move |i| {

@@ -62,7 +62,10 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Fu
     }
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, Infallible> {
     if req.uri().path().starts_with("/_origin/") {
         return Ok(admin(&shared, req).await);
     }
@@ -71,8 +74,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     shared.stats.record(kind);
 
     let f = shared.faults.get();
-    if roll(f.slowdown_per_mille) {
-        return Ok(xml_error(StatusCode::SERVICE_UNAVAILABLE, "SlowDown", "Please reduce your request rate."));
+    if shared.faults.take_fail() || roll(f.slowdown_per_mille) {
+        return Ok(xml_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "Please reduce your request rate.",
+        ));
     }
     if roll(f.error_per_mille) {
         return Ok(xml_error(
@@ -90,7 +97,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Ok(r) => r,
         Err(e) => {
             tracing::error!("s3 service error: {e:?}");
-            return Ok(xml_error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "internal error"));
+            return Ok(xml_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "internal error",
+            ));
         }
     };
     let (parts, body) = resp.into_parts();
@@ -99,14 +110,21 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0);
-    let cut_at = (is_get && len > 0 && parts.status.is_success() && roll(f.reset_per_mille)).then(|| {
-        if f.reset_after_bytes == 0 || f.reset_after_bytes >= len {
-            len / 2
-        } else {
-            f.reset_after_bytes
-        }
+    let cut = is_get
+        && len > 0
+        && parts.status.is_success()
+        && (roll(f.reset_per_mille) || shared.faults.take_reset());
+    let cut_at = cut.then_some(if f.reset_after_bytes == 0 || f.reset_after_bytes >= len {
+        len / 2
+    } else {
+        f.reset_after_bytes
     });
-    let body = paced(body, f.bandwidth_bytes_per_sec, cut_at, shared.stats.clone());
+    let body = paced(
+        body,
+        f.bandwidth_bytes_per_sec,
+        cut_at,
+        shared.stats.clone(),
+    );
     Ok(Response::from_parts(parts, body))
 }
 
@@ -182,7 +200,9 @@ fn request_kind(req: &Request<Incoming>) -> RequestKind {
 }
 
 fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<RespBody> {
@@ -206,26 +226,46 @@ async fn admin(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> {
     match (method, path.as_str()) {
         (Method::GET, "/_origin/stats") => {
             let snap = shared.stats.snapshot();
-            full(StatusCode::OK, "application/json", serde_json::to_vec(&snap).unwrap())
+            full(
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_vec(&snap).unwrap(),
+            )
         }
         (Method::POST, "/_origin/stats/reset") => {
             shared.stats.reset();
             full(StatusCode::OK, "application/json", "{}")
         }
-        (Method::GET, "/_origin/faults") => {
-            full(StatusCode::OK, "application/json", serde_json::to_vec(&shared.faults.get()).unwrap())
-        }
+        (Method::GET, "/_origin/faults") => full(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_vec(&shared.faults.get()).unwrap(),
+        ),
         (Method::PUT, "/_origin/faults") => {
             let body = match req.into_body().collect().await {
                 Ok(b) => b.to_bytes(),
-                Err(e) => return full(StatusCode::BAD_REQUEST, "text/plain", format!("bad body: {e}")),
+                Err(e) => {
+                    return full(
+                        StatusCode::BAD_REQUEST,
+                        "text/plain",
+                        format!("bad body: {e}"),
+                    )
+                }
             };
             match serde_json::from_slice::<FaultSettings>(&body) {
                 Ok(s) => {
                     shared.faults.set(s);
-                    full(StatusCode::OK, "application/json", serde_json::to_vec(&s).unwrap())
+                    full(
+                        StatusCode::OK,
+                        "application/json",
+                        serde_json::to_vec(&s).unwrap(),
+                    )
                 }
-                Err(e) => full(StatusCode::BAD_REQUEST, "text/plain", format!("bad fault settings: {e}\n")),
+                Err(e) => full(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain",
+                    format!("bad fault settings: {e}\n"),
+                ),
             }
         }
         _ => full(StatusCode::NOT_FOUND, "text/plain", "unknown admin path\n"),

@@ -127,9 +127,10 @@ impl Store {
                 break;
             }
             let rest = &key[prefix.len()..];
-            let rolled = delimiter
-                .filter(|d| !d.is_empty())
-                .and_then(|d| rest.find(d).map(|i| format!("{prefix}{}", &rest[..i + d.len()])));
+            let rolled = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
+                rest.find(d)
+                    .map(|i| format!("{prefix}{}", &rest[..i + d.len()]))
+            });
             if let Some(cp) = rolled {
                 if last_prefix.as_deref() == Some(cp.as_str()) {
                     continue;
