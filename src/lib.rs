@@ -5,5 +5,6 @@
 //! tiers and the cluster reader are built on ([`source`]).
 
 pub mod config;
+pub mod route;
 pub mod s3;
 pub mod source;
