@@ -4,6 +4,7 @@
 //! [`config`] (one TOML schema), [`s3`] (the S3 client), and the seams the cache
 //! tiers and the cluster reader are built on ([`source`]).
 
+pub mod cache;
 pub mod config;
 pub mod route;
 pub mod s3;
