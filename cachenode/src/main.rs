@@ -1,1 +1,79 @@
-fn main() {}
+//! `shoal-node`: serve an S3 bucket's reads from RAM and disk tiers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use shoal::config::Config;
+
+/// An S3-compatible cache node: ranged GETs served from RAM, then local disk, then
+/// the origin bucket (one origin fetch per block however many ask).
+///
+/// Clients sign requests with a key from the config's [auth] section (SigV4 header
+/// or presigned URL). GET /healthz answers "ok"; GET /metrics is Prometheus text.
+/// SIGTERM or SIGINT stops accepting and drains open requests.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// The TOML config ([origin], [node], [cache], [auth], optional [tls]).
+    #[arg(long, short, value_name = "FILE")]
+    config: PathBuf,
+    /// Listen address, overriding node.listen.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Disk tier directory, overriding cache.data_dir.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shoal-node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(run(cfg, args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal-node: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cfg: Config, args: Args) -> Result<(), String> {
+    let over = shoal_node::Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+    };
+    let node_cfg = cfg.node().map_err(|e| e.to_string())?.clone();
+    let (app, tls) = shoal_node::build(&cfg, &over)?;
+    let addr = over.listen.unwrap_or(node_cfg.listen);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        "shoal-node {} listening on {}://{local}",
+        env!("CARGO_PKG_VERSION"),
+        if tls.is_some() { "https" } else { "http" }
+    );
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    shoal_node::serve(listener, app, tls, shutdown, node_cfg.shutdown_timeout).await;
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! `shoal-node`: an S3-compatible cache node.
+//!
+//! [`node`] is the read path (versions, tiers, coalesced origin fetches),
+//! [`s3api`] the S3 operations on top of it, [`server`] the HTTP side. [`start`]
+//! builds all of it from a config, for the binary and for tests.
+
+pub mod metrics;
+pub mod node;
+pub mod s3api;
+pub mod server;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use shoal::config::{AuthConfig, Config};
+use shoal::s3::S3Client;
+
+pub use server::{serve, App};
+
+/// Values given on the command line that override the file.
+#[derive(Default, Clone, Debug)]
+pub struct Overrides {
+    pub listen: Option<std::net::SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Builds the node's app from a validated config.
+pub fn build(cfg: &Config, over: &Overrides) -> Result<(Arc<App>, Option<tokio_rustls::TlsAcceptor>), String> {
+    let origin_cfg = cfg.origin().map_err(|e| e.to_string())?;
+    let node_cfg = cfg.node().map_err(|e| e.to_string())?;
+    let auth = cfg.auth().map_err(|e| e.to_string())?;
+    let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
+    let data_dir = over.data_dir.clone().or_else(|| cfg.cache.data_dir.clone());
+    let disk = match (data_dir, cfg.cache.disk_size) {
+        (Some(dir), n) if n > 0 => Some((dir, n)),
+        (Some(_), 0) => {
+            tracing::warn!("cache.data_dir is set but cache.disk_size is 0: the disk tier is off");
+            None
+        }
+        _ => None,
+    };
+    let node = node::Node::new(
+        origin,
+        node::NodeOptions {
+            block_size: node_cfg.block_size,
+            revalidate_after: node_cfg.revalidate_after,
+            ram_bytes: cfg.cache.ram_size,
+            disk: disk.clone(),
+        },
+    )
+    .map_err(|e| match &disk {
+        Some((d, _)) => format!("cannot open the disk tier in {}: {e}", d.display()),
+        None => e.to_string(),
+    })?;
+    let node = Arc::new(node);
+    let mut builder = s3s::service::S3ServiceBuilder::new(s3api::NodeApi { node: node.clone() });
+    let open = match auth {
+        AuthConfig::None => {
+            tracing::warn!("AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who can reach this node can read what it caches and what the origin credentials allow");
+            true
+        }
+        AuthConfig::SigV4 { keys, .. } => {
+            let mut a = s3s::auth::SimpleAuth::new();
+            for k in keys {
+                a.register(k.access_key_id.clone(), k.secret_access_key.clone().into());
+            }
+            builder.set_auth(a);
+            false
+        }
+    };
+    builder.set_route(s3api::PurgeRoute { node: node.clone(), open });
+    let mut registry = prometheus_client::registry::Registry::default();
+    node.metrics.register(&mut registry);
+    let tls = match &cfg.tls {
+        Some(t) => Some(tls_acceptor(&t.cert, &t.key)?),
+        None => None,
+    };
+    Ok((
+        Arc::new(App {
+            node,
+            s3: builder.build(),
+            registry,
+            open,
+        }),
+        tls,
+    ))
+}
+
+fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::TlsAcceptor, String> {
+    use std::io::BufReader;
+    let certs = rustls_pemfile::certs(&mut BufReader::new(
+        std::fs::File::open(cert).map_err(|e| format!("tls.cert {}: {e}", cert.display()))?,
+    ))
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(|e| format!("tls.cert {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("tls.cert {}: no certificate in the file", cert.display()));
+    }
+    let key = rustls_pemfile::private_key(&mut BufReader::new(
+        std::fs::File::open(key).map_err(|e| format!("tls.key {}: {e}", key.display()))?,
+    ))
+    .map_err(|e| format!("tls.key {}: {e}", key.display()))?
+    .ok_or_else(|| format!("tls.key {}: no private key in the file", key.display()))?;
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| format!("tls: {e}"))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}

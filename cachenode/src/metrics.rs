@@ -1,0 +1,73 @@
+//! Every metric the node exports, named in one place.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodStatus {
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabel {
+    pub tier: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+pub const RAM: TierLabel = TierLabel { tier: "ram" };
+pub const DISK: TierLabel = TierLabel { tier: "disk" };
+pub const ORIGIN: TierLabel = TierLabel { tier: "origin" };
+
+#[derive(Default)]
+pub struct Metrics {
+    /// HTTP requests answered, by method and status.
+    pub requests: Family<MethodStatus, Counter>,
+    /// Body bytes served, by the tier the block came from.
+    pub bytes_served: Family<TierLabel, Counter>,
+    /// Block lookups that found the block, by tier.
+    pub hits: Family<TierLabel, Counter>,
+    /// Block lookups that did not, by tier.
+    pub misses: Family<TierLabel, Counter>,
+    /// Requests sent to the origin, by kind (block, head, list).
+    pub origin_requests: Family<KindLabel, Counter>,
+    /// Body bytes received from the origin.
+    pub origin_bytes: Counter,
+    /// Block requests that waited on a fetch already in flight.
+    pub coalesced_waits: Counter,
+    /// Blocks evicted, by tier (read from the tiers at scrape time).
+    pub evictions: Family<TierLabel, Gauge>,
+    /// Disk blocks that failed their checksum and were dropped.
+    pub checksum_failures: Gauge,
+    /// Bytes held, by tier.
+    pub cache_bytes: Family<TierLabel, Gauge>,
+    /// Byte bound, by tier.
+    pub cache_capacity_bytes: Family<TierLabel, Gauge>,
+    /// Objects or prefixes purged through the admin API.
+    pub purges: Counter,
+}
+
+impl Metrics {
+    pub fn register(&self, r: &mut Registry) {
+        let p = r.sub_registry_with_prefix("shoal_node");
+        p.register("requests", "HTTP requests answered, by method and status", self.requests.clone());
+        p.register("bytes_served", "Body bytes served, by the tier the block came from", self.bytes_served.clone());
+        p.register("hits", "Block lookups that found the block, by tier", self.hits.clone());
+        p.register("misses", "Block lookups that missed, by tier", self.misses.clone());
+        p.register("origin_requests", "Requests sent to the origin, by kind", self.origin_requests.clone());
+        p.register("origin_bytes", "Body bytes received from the origin", self.origin_bytes.clone());
+        p.register("coalesced_waits", "Block requests that waited on a fetch in flight", self.coalesced_waits.clone());
+        p.register("evictions", "Blocks evicted since start, by tier", self.evictions.clone());
+        p.register("checksum_failures", "Disk blocks dropped for a bad checksum since start", self.checksum_failures.clone());
+        p.register("cache_bytes", "Bytes held, by tier", self.cache_bytes.clone());
+        p.register("cache_capacity_bytes", "Byte bound, by tier", self.cache_capacity_bytes.clone());
+        p.register("purges", "Purge requests served", self.purges.clone());
+    }
+}

@@ -1,0 +1,275 @@
+//! The S3 operations a node answers, on `s3s` (request parsing, SigV4 checks, XML).
+//!
+//! Reads of objects are served from the tiers; listings and bucket checks are passed
+//! to the origin uncached, so ordinary S3 tools work against a node. Writes are
+//! refused. Errors map to S3 codes in one place: [`s3_error`].
+
+use std::sync::Arc;
+
+use futures_util::TryStreamExt;
+use s3s::dto::*;
+use s3s::{s3_error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+use shoal::s3::{unquote_etag, ListRequest, S3Error};
+
+use crate::node::Node;
+
+pub struct NodeApi {
+    pub node: Arc<Node>,
+}
+
+/// Our error as the S3 error a client gets.
+pub fn s3_error(e: S3Error) -> s3s::S3Error {
+    let code = S3ErrorCode::from_bytes(e.s3_code().as_bytes()).unwrap_or(S3ErrorCode::InternalError);
+    let mut err = s3s::S3Error::with_message(code, e.to_string());
+    if let Ok(status) = http::StatusCode::from_u16(e.http_status()) {
+        err.set_status_code(status);
+    }
+    if !e.is_answer() {
+        tracing::warn!("answering 503: {e}");
+    }
+    err
+}
+
+fn condition_etag(c: &ETagCondition) -> Option<String> {
+    match c {
+        ETagCondition::Any => None,
+        ETagCondition::ETag(t) => Some(unquote_etag(t.value()).to_owned()),
+    }
+}
+
+fn check_key(key: &str) -> S3Result<()> {
+    match shoal::s3::key_problem(key) {
+        Some(why) => Err(s3_error!(InvalidArgument, "invalid key: {why}")),
+        None => Ok(()),
+    }
+}
+
+fn read_only() -> s3s::S3Error {
+    let mut e = s3s::S3Error::with_message(
+        S3ErrorCode::MethodNotAllowed,
+        "shoal-node serves reads only; write to the origin",
+    );
+    e.set_status_code(http::StatusCode::METHOD_NOT_ALLOWED);
+    e
+}
+
+struct Resolved {
+    meta: shoal::s3::ObjectMeta,
+    start: u64,
+    end: u64,
+    content_range: Option<String>,
+}
+
+impl NodeApi {
+    async fn resolve(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&ETagCondition>,
+        if_none_match: Option<&ETagCondition>,
+        range: Option<Range>,
+    ) -> S3Result<Resolved> {
+        check_key(key)?;
+        let pinned = if_match.and_then(condition_etag);
+        let meta = self.node.resolve(bucket, key, pinned.as_deref()).await.map_err(s3_error)?;
+        if let Some(c) = if_none_match {
+            if condition_etag(c).is_none_or(|e| e == meta.etag) {
+                return Err(s3_error!(NotModified));
+            }
+        }
+        let (start, end, content_range) = match range {
+            None => (0, meta.size, None),
+            Some(r) => {
+                let span = r
+                    .check(meta.size)
+                    .map_err(|_| s3_error!(InvalidRange, "The requested range is not satisfiable"))?;
+                let cr = format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size);
+                (span.start, span.end, Some(cr))
+            }
+        };
+        Ok(Resolved {
+            meta,
+            start,
+            end,
+            content_range,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for NodeApi {
+    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+        let i = req.input;
+        let r = self
+            .resolve(&i.bucket, &i.key, i.if_match.as_ref(), i.if_none_match.as_ref(), i.range)
+            .await?;
+        let body = self
+            .node
+            .read(&i.bucket, &i.key, &r.meta, r.start, r.end)
+            .await
+            .map_err(s3_error)?;
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(StreamingBlob::wrap(body.map_err(std::io::Error::other))),
+            content_length: Some((r.end - r.start) as i64),
+            content_range: r.content_range,
+            e_tag: Some(ETag::Strong(r.meta.etag.clone())),
+            last_modified: r.meta.last_modified.map(Timestamp::from),
+            accept_ranges: Some("bytes".into()),
+            content_type: r.meta.content_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+        let i = req.input;
+        let r = self
+            .resolve(&i.bucket, &i.key, i.if_match.as_ref(), i.if_none_match.as_ref(), i.range)
+            .await?;
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some((r.end - r.start) as i64),
+            content_range: r.content_range,
+            e_tag: Some(ETag::Strong(r.meta.etag.clone())),
+            last_modified: r.meta.last_modified.map(Timestamp::from),
+            accept_ranges: Some("bytes".into()),
+            content_type: r.meta.content_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let i = req.input;
+        self.node
+            .metrics
+            .origin_requests
+            .get_or_create(&crate::metrics::KindLabel { kind: "list" })
+            .inc();
+        let page = self
+            .node
+            .origin()
+            .list_objects_v2(&ListRequest {
+                bucket: i.bucket.clone(),
+                prefix: i.prefix.clone().unwrap_or_default(),
+                delimiter: i.delimiter.clone(),
+                continuation_token: i.continuation_token.clone(),
+                start_after: i.start_after.clone(),
+                max_keys: i.max_keys.map(|m| m.clamp(0, 1000) as u32),
+            })
+            .await
+            .map_err(s3_error)?;
+        let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+        let contents: Vec<Object> = page
+            .objects
+            .into_iter()
+            .map(|o| Object {
+                key: Some(o.key),
+                size: Some(o.size as i64),
+                e_tag: Some(ETag::Strong(o.etag)),
+                last_modified: o.last_modified.map(Timestamp::from),
+                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                ..Default::default()
+            })
+            .collect();
+        let prefixes: Vec<CommonPrefix> = page
+            .common_prefixes
+            .into_iter()
+            .map(|p| CommonPrefix { prefix: Some(p) })
+            .collect();
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(i.bucket),
+            prefix: i.prefix,
+            delimiter: i.delimiter,
+            max_keys: Some(i.max_keys.unwrap_or(1000)),
+            key_count: Some(key_count),
+            is_truncated: Some(page.next_continuation_token.is_some()),
+            continuation_token: i.continuation_token,
+            next_continuation_token: page.next_continuation_token,
+            start_after: i.start_after,
+            contents: (!contents.is_empty()).then_some(contents),
+            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.node.origin().head_bucket(&req.input.bucket).await.map_err(s3_error)?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn put_object(&self, _: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+        Err(read_only())
+    }
+    async fn delete_object(&self, _: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+        Err(read_only())
+    }
+    async fn delete_objects(&self, _: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        Err(read_only())
+    }
+    async fn copy_object(&self, _: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+        Err(read_only())
+    }
+    async fn create_bucket(&self, _: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+        Err(read_only())
+    }
+    async fn delete_bucket(&self, _: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
+        Err(read_only())
+    }
+    async fn create_multipart_upload(
+        &self,
+        _: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        Err(read_only())
+    }
+    async fn upload_part(&self, _: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+        Err(read_only())
+    }
+}
+
+/// `POST /BUCKET?shoal-purge&key=KEY` or `POST /BUCKET?shoal-purge&prefix=PREFIX`:
+/// drops cached blocks and versions on this node. Signed like any S3 request.
+pub struct PurgeRoute {
+    pub node: Arc<Node>,
+    pub open: bool,
+}
+
+fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
+    })
+}
+
+#[async_trait::async_trait]
+impl s3s::route::S3Route for PurgeRoute {
+    fn is_match(&self, method: &http::Method, uri: &http::Uri, _: &http::HeaderMap, _: &mut http::Extensions) -> bool {
+        method == http::Method::POST && query_param(uri, "shoal-purge").is_some()
+    }
+
+    async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
+        if self.open || req.credentials.is_some() {
+            Ok(())
+        } else {
+            Err(s3_error!(AccessDenied, "purge needs a signed request"))
+        }
+    }
+
+    async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
+        let path = req.uri.path().trim_start_matches('/');
+        let bucket = percent_encoding::percent_decode_str(path.split('/').next().unwrap_or(""))
+            .decode_utf8_lossy()
+            .into_owned();
+        if bucket.is_empty() {
+            return Err(s3_error!(InvalidArgument, "purge needs a bucket: POST /BUCKET?shoal-purge&key=K"));
+        }
+        let (what, n) = match (query_param(&req.uri, "key"), query_param(&req.uri, "prefix")) {
+            (Some(k), None) if !k.is_empty() => (format!("key {k}"), self.node.purge_object(&bucket, &k).await),
+            (None, Some(p)) => (format!("prefix {p:?}"), self.node.purge_prefix(&bucket, &p).await),
+            _ => return Err(s3_error!(InvalidArgument, "purge takes exactly one of key=K or prefix=P")),
+        };
+        self.node.metrics.purges.inc();
+        tracing::info!(bucket = %bucket, "purged {what}: {n} blocks");
+        let body = serde_json::json!({ "bucket": bucket, "purged_blocks": n }).to_string();
+        let mut resp = S3Response::new(s3s::Body::from(body));
+        resp.headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        Ok(resp)
+    }
+}

@@ -1,0 +1,157 @@
+//! The node's HTTP server: accept loop (TCP or TLS), `/healthz` and `/metrics`, the
+//! S3 service for everything else, and graceful shutdown.
+//!
+//! Shaped as `serve(listener, app, shutdown)` so a test binds `127.0.0.1:0` and
+//! runs a node in process. On shutdown the listener closes at once and open
+//! connections get `drain` to finish their responses.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::metrics::MethodStatus;
+use crate::node::Node;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type RespBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Everything a connection needs.
+pub struct App {
+    pub node: Arc<Node>,
+    pub s3: s3s::service::S3Service,
+    pub registry: Registry,
+    /// `auth.mode = "none"`: signatures are ignored and everyone may read.
+    pub open: bool,
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (sock, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = sock.set_nodelay(true);
+        let app2 = app.clone();
+        let svc = hyper::service::service_fn(move |req| handle(app2.clone(), req));
+        let builder = hyper::server::conn::http1::Builder::new();
+        match &tls {
+            None => {
+                let conn = builder.serve_connection(TokioIo::new(sock), svc);
+                let watched = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = watched.await;
+                });
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let stream = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    let _ = watcher.watch(conn).await;
+                });
+            }
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: draining open connections for up to {drain:?}");
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        tracing::warn!("drain timed out; closing remaining connections");
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<RespBody> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(Full::new(body.into()).map_err(|e| match e {}).boxed_unsync())
+        .expect("static response")
+}
+
+async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
+    let method = req.method().clone();
+    let resp = match (&method, req.uri().path()) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
+        (&Method::GET, "/metrics") => {
+            app.node.refresh_gauges();
+            let mut out = String::new();
+            match prometheus_client::encoding::text::encode(&mut out, &app.registry) {
+                Ok(()) => text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
+                Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", "cannot encode metrics\n"),
+            }
+        }
+        _ => {
+            if app.open {
+                strip_signature(&mut req);
+            }
+            match hyper::service::Service::call(&app.s3, req).await {
+                Ok(r) => r.map(|b| b.boxed_unsync()),
+                Err(e) => {
+                    tracing::error!("S3 service error: {e:?}");
+                    text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", "internal error\n")
+                }
+            }
+        }
+    };
+    app.node
+        .metrics
+        .requests
+        .get_or_create(&MethodStatus {
+            method: method.as_str().to_owned(),
+            status: resp.status().as_u16(),
+        })
+        .inc();
+    Ok(resp)
+}
+
+/// With authentication off, a signed request is read as an anonymous one.
+fn strip_signature(req: &mut Request<Incoming>) {
+    req.headers_mut().remove(http::header::AUTHORIZATION);
+    let Some(q) = req.uri().query() else { return };
+    if !q.contains("X-Amz-") {
+        return;
+    }
+    let kept: Vec<&str> = q.split('&').filter(|kv| !kv.starts_with("X-Amz-")).collect();
+    let pq = if kept.is_empty() {
+        req.uri().path().to_owned()
+    } else {
+        format!("{}?{}", req.uri().path(), kept.join("&"))
+    };
+    let mut parts = req.uri().clone().into_parts();
+    if let Ok(pq) = pq.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+    }
+}
