@@ -25,7 +25,10 @@ pub struct Overrides {
 }
 
 /// Builds the node's app from a validated config.
-pub fn build(cfg: &Config, over: &Overrides) -> Result<(Arc<App>, Option<tokio_rustls::TlsAcceptor>), String> {
+pub fn build(
+    cfg: &Config,
+    over: &Overrides,
+) -> Result<(Arc<App>, Option<tokio_rustls::TlsAcceptor>), String> {
     let origin_cfg = cfg.origin().map_err(|e| e.to_string())?;
     let node_cfg = cfg.node().map_err(|e| e.to_string())?;
     let auth = cfg.auth().map_err(|e| e.to_string())?;
@@ -68,7 +71,10 @@ pub fn build(cfg: &Config, over: &Overrides) -> Result<(Arc<App>, Option<tokio_r
             false
         }
     };
-    builder.set_route(s3api::PurgeRoute { node: node.clone(), open });
+    builder.set_route(s3api::PurgeRoute {
+        node: node.clone(),
+        open,
+    });
     let mut registry = prometheus_client::registry::Registry::default();
     node.metrics.register(&mut registry);
     let tls = match &cfg.tls {
@@ -86,7 +92,10 @@ pub fn build(cfg: &Config, over: &Overrides) -> Result<(Arc<App>, Option<tokio_r
     ))
 }
 
-fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::TlsAcceptor, String> {
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<tokio_rustls::TlsAcceptor, String> {
     use std::io::BufReader;
     let certs = rustls_pemfile::certs(&mut BufReader::new(
         std::fs::File::open(cert).map_err(|e| format!("tls.cert {}: {e}", cert.display()))?,
@@ -94,7 +103,10 @@ fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_r
     .collect::<Result<Vec<_>, _>>()
     .map_err(|e| format!("tls.cert {}: {e}", cert.display()))?;
     if certs.is_empty() {
-        return Err(format!("tls.cert {}: no certificate in the file", cert.display()));
+        return Err(format!(
+            "tls.cert {}: no certificate in the file",
+            cert.display()
+        ));
     }
     let key = rustls_pemfile::private_key(&mut BufReader::new(
         std::fs::File::open(key).map_err(|e| format!("tls.key {}: {e}", key.display()))?,

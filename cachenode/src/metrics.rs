@@ -57,17 +57,61 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(&self, r: &mut Registry) {
         let p = r.sub_registry_with_prefix("shoal_node");
-        p.register("requests", "HTTP requests answered, by method and status", self.requests.clone());
-        p.register("bytes_served", "Body bytes served, by the tier the block came from", self.bytes_served.clone());
-        p.register("hits", "Block lookups that found the block, by tier", self.hits.clone());
-        p.register("misses", "Block lookups that missed, by tier", self.misses.clone());
-        p.register("origin_requests", "Requests sent to the origin, by kind", self.origin_requests.clone());
-        p.register("origin_bytes", "Body bytes received from the origin", self.origin_bytes.clone());
-        p.register("coalesced_waits", "Block requests that waited on a fetch in flight", self.coalesced_waits.clone());
-        p.register("evictions", "Blocks evicted since start, by tier", self.evictions.clone());
-        p.register("checksum_failures", "Disk blocks dropped for a bad checksum since start", self.checksum_failures.clone());
-        p.register("cache_bytes", "Bytes held, by tier", self.cache_bytes.clone());
-        p.register("cache_capacity_bytes", "Byte bound, by tier", self.cache_capacity_bytes.clone());
+        p.register(
+            "requests",
+            "HTTP requests answered, by method and status",
+            self.requests.clone(),
+        );
+        p.register(
+            "bytes_served",
+            "Body bytes served, by the tier the block came from",
+            self.bytes_served.clone(),
+        );
+        p.register(
+            "hits",
+            "Block lookups that found the block, by tier",
+            self.hits.clone(),
+        );
+        p.register(
+            "misses",
+            "Block lookups that missed, by tier",
+            self.misses.clone(),
+        );
+        p.register(
+            "origin_requests",
+            "Requests sent to the origin, by kind",
+            self.origin_requests.clone(),
+        );
+        p.register(
+            "origin_bytes",
+            "Body bytes received from the origin",
+            self.origin_bytes.clone(),
+        );
+        p.register(
+            "coalesced_waits",
+            "Block requests that waited on a fetch in flight",
+            self.coalesced_waits.clone(),
+        );
+        p.register(
+            "evictions",
+            "Blocks evicted since start, by tier",
+            self.evictions.clone(),
+        );
+        p.register(
+            "checksum_failures",
+            "Disk blocks dropped for a bad checksum since start",
+            self.checksum_failures.clone(),
+        );
+        p.register(
+            "cache_bytes",
+            "Bytes held, by tier",
+            self.cache_bytes.clone(),
+        );
+        p.register(
+            "cache_capacity_bytes",
+            "Byte bound, by tier",
+            self.cache_capacity_bytes.clone(),
+        );
         p.register("purges", "Purge requests served", self.purges.clone());
     }
 }

@@ -85,7 +85,12 @@ impl Node {
 
     /// The version to serve: the one named by `if_match`, or the latest one known
     /// within `revalidate_after`, else whatever the origin says now.
-    pub async fn resolve(&self, bucket: &str, key: &str, if_match: Option<&str>) -> Result<ObjectMeta, S3Error> {
+    pub async fn resolve(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<ObjectMeta, S3Error> {
         let id = (bucket.to_owned(), key.to_owned());
         if let Some((meta, at)) = self.metas.lock().unwrap().get(&id) {
             match if_match {
@@ -96,7 +101,11 @@ impl Node {
             }
         }
         let origin = self.origin.clone();
-        let (b, k, m) = (bucket.to_owned(), key.to_owned(), if_match.map(str::to_owned));
+        let (b, k, m) = (
+            bucket.to_owned(),
+            key.to_owned(),
+            if_match.map(str::to_owned),
+        );
         self.metrics
             .origin_requests
             .get_or_create(&KindLabel { kind: "head" })
@@ -120,15 +129,27 @@ impl Node {
 
     /// Forgets what is known of an object version (it changed at the origin).
     pub fn forget_meta(&self, bucket: &str, key: &str) {
-        self.metas.lock().unwrap().remove(&(bucket.to_owned(), key.to_owned()));
+        self.metas
+            .lock()
+            .unwrap()
+            .remove(&(bucket.to_owned(), key.to_owned()));
     }
 
     /// One whole node block of `meta`'s version.
-    pub async fn block(self: &Arc<Self>, bucket: &str, key: &str, meta: &ObjectMeta, index: u64) -> Result<Bytes, S3Error> {
+    pub async fn block(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        index: u64,
+    ) -> Result<Bytes, S3Error> {
         let bk = BlockKey::new(bucket, key, &meta.etag, index);
         if let Some(b) = self.ram.get(&bk) {
             self.metrics.hits.get_or_create(&metrics::RAM).inc();
-            self.metrics.bytes_served.get_or_create(&metrics::RAM).inc_by(b.len() as u64);
+            self.metrics
+                .bytes_served
+                .get_or_create(&metrics::RAM)
+                .inc_by(b.len() as u64);
             return Ok(b);
         }
         self.metrics.misses.get_or_create(&metrics::RAM).inc();
@@ -136,7 +157,10 @@ impl Node {
             let (disk, k2) = (self.disk.clone(), bk.clone());
             if let Ok(Some(b)) = tokio::task::spawn_blocking(move || disk.get(&k2)).await {
                 self.metrics.hits.get_or_create(&metrics::DISK).inc();
-                self.metrics.bytes_served.get_or_create(&metrics::DISK).inc_by(b.len() as u64);
+                self.metrics
+                    .bytes_served
+                    .get_or_create(&metrics::DISK)
+                    .inc_by(b.len() as u64);
                 self.ram.insert(bk, b.clone());
                 return Ok(b);
             }
@@ -159,13 +183,19 @@ impl Node {
             }
             match r {
                 Ok(b) => {
-                    self.metrics.bytes_served.get_or_create(&metrics::ORIGIN).inc_by(b.len() as u64);
+                    self.metrics
+                        .bytes_served
+                        .get_or_create(&metrics::ORIGIN)
+                        .inc_by(b.len() as u64);
                     return Ok(b);
                 }
                 // A follower whose leader failed for a passing reason fetches afresh once.
                 Err(e) if how == Joined::Follower && e.is_retryable() && tries < 2 => continue,
                 Err(e) => {
-                    if matches!(e.cause(), S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }) {
+                    if matches!(
+                        e.cause(),
+                        S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
+                    ) {
                         self.forget_meta(bucket, key);
                     }
                     return Err(e);
@@ -187,7 +217,12 @@ impl Node {
         if data.len() as u64 != end - start {
             return Err(S3Error::Protocol {
                 endpoint: self.origin.endpoint().to_owned(),
-                message: format!("block {} came back with {} bytes, not {}", bk.index, data.len(), end - start),
+                message: format!(
+                    "block {} came back with {} bytes, not {}",
+                    bk.index,
+                    data.len(),
+                    end - start
+                ),
             });
         }
         self.metrics.origin_bytes.inc_by(data.len() as u64);
@@ -211,7 +246,11 @@ impl Node {
         end: u64,
     ) -> Result<impl Stream<Item = Result<Bytes, S3Error>> + Send + Sync + 'static, S3Error> {
         let bs = self.block_size;
-        let (first, last) = if end > start { (start / bs, (end - 1) / bs) } else { (1, 0) };
+        let (first, last) = if end > start {
+            (start / bs, (end - 1) / bs)
+        } else {
+            (1, 0)
+        };
         let head = if first <= last {
             Some(self.block(bucket, key, meta, first).await?)
         } else {
@@ -227,7 +266,8 @@ impl Node {
         let (bucket, key, meta) = (bucket.to_owned(), key.to_owned(), meta.clone());
         let rest = stream::iter(first + 1..=last)
             .map(move |i| {
-                let (me, bucket, key, meta) = (me.clone(), bucket.clone(), key.clone(), meta.clone());
+                let (me, bucket, key, meta) =
+                    (me.clone(), bucket.clone(), key.clone(), meta.clone());
                 async move { me.block(&bucket, &key, &meta, i).await.map(|b| slice(i, b)) }
             })
             .buffered(PREFETCH);
@@ -240,7 +280,9 @@ impl Node {
         self.forget_meta(bucket, key);
         let n = self.ram.remove_object(bucket, key);
         let (disk, b, k) = (self.disk.clone(), bucket.to_owned(), key.to_owned());
-        n + tokio::task::spawn_blocking(move || disk.remove_object(&b, &k)).await.unwrap_or(0)
+        n + tokio::task::spawn_blocking(move || disk.remove_object(&b, &k))
+            .await
+            .unwrap_or(0)
     }
 
     /// Drops everything under a prefix; returns blocks dropped.
@@ -251,19 +293,32 @@ impl Node {
             .retain(|(b, k), _| !(b == bucket && k.starts_with(prefix)));
         let n = self.ram.remove_prefix(bucket, prefix);
         let (disk, b, p) = (self.disk.clone(), bucket.to_owned(), prefix.to_owned());
-        n + tokio::task::spawn_blocking(move || disk.remove_prefix(&b, &p)).await.unwrap_or(0)
+        n + tokio::task::spawn_blocking(move || disk.remove_prefix(&b, &p))
+            .await
+            .unwrap_or(0)
     }
 
     /// Brings the tier gauges up to date (called before each scrape).
     pub fn refresh_gauges(&self) {
         for (label, tier) in [(metrics::RAM, &self.ram), (metrics::DISK, &self.disk)] {
             let s = tier.stats();
-            self.metrics.cache_bytes.get_or_create(&label).set(s.used_bytes as i64);
-            self.metrics.cache_capacity_bytes.get_or_create(&label).set(s.capacity_bytes as i64);
-            self.metrics.evictions.get_or_create(&label).set(s.evictions as i64);
+            self.metrics
+                .cache_bytes
+                .get_or_create(&label)
+                .set(s.used_bytes as i64);
+            self.metrics
+                .cache_capacity_bytes
+                .get_or_create(&label)
+                .set(s.capacity_bytes as i64);
+            self.metrics
+                .evictions
+                .get_or_create(&label)
+                .set(s.evictions as i64);
         }
         if let Some(d) = &self.disk_tier {
-            self.metrics.checksum_failures.set(d.checksum_failures() as i64);
+            self.metrics
+                .checksum_failures
+                .set(d.checksum_failures() as i64);
         }
     }
 }
@@ -280,7 +335,10 @@ impl<S> SyncStream<S> {
 
 impl<S: Stream> Stream for SyncStream<S> {
     type Item = S::Item;
-    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
         self.0.lock().unwrap().as_mut().poll_next(cx)
     }
 }

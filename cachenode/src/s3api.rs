@@ -19,7 +19,8 @@ pub struct NodeApi {
 
 /// Our error as the S3 error a client gets.
 pub fn s3_error(e: S3Error) -> s3s::S3Error {
-    let code = S3ErrorCode::from_bytes(e.s3_code().as_bytes()).unwrap_or(S3ErrorCode::InternalError);
+    let code =
+        S3ErrorCode::from_bytes(e.s3_code().as_bytes()).unwrap_or(S3ErrorCode::InternalError);
     let mut err = s3s::S3Error::with_message(code, e.to_string());
     if let Ok(status) = http::StatusCode::from_u16(e.http_status()) {
         err.set_status_code(status);
@@ -71,7 +72,11 @@ impl NodeApi {
     ) -> S3Result<Resolved> {
         check_key(key)?;
         let pinned = if_match.and_then(condition_etag);
-        let meta = self.node.resolve(bucket, key, pinned.as_deref()).await.map_err(s3_error)?;
+        let meta = self
+            .node
+            .resolve(bucket, key, pinned.as_deref())
+            .await
+            .map_err(s3_error)?;
         if let Some(c) = if_none_match {
             if condition_etag(c).is_none_or(|e| e == meta.etag) {
                 return Err(s3_error!(NotModified));
@@ -80,9 +85,9 @@ impl NodeApi {
         let (start, end, content_range) = match range {
             None => (0, meta.size, None),
             Some(r) => {
-                let span = r
-                    .check(meta.size)
-                    .map_err(|_| s3_error!(InvalidRange, "The requested range is not satisfiable"))?;
+                let span = r.check(meta.size).map_err(|_| {
+                    s3_error!(InvalidRange, "The requested range is not satisfiable")
+                })?;
                 let cr = format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size);
                 (span.start, span.end, Some(cr))
             }
@@ -98,10 +103,19 @@ impl NodeApi {
 
 #[async_trait::async_trait]
 impl S3 for NodeApi {
-    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = req.input;
         let r = self
-            .resolve(&i.bucket, &i.key, i.if_match.as_ref(), i.if_none_match.as_ref(), i.range)
+            .resolve(
+                &i.bucket,
+                &i.key,
+                i.if_match.as_ref(),
+                i.if_none_match.as_ref(),
+                i.range,
+            )
             .await?;
         let body = self
             .node
@@ -120,10 +134,19 @@ impl S3 for NodeApi {
         }))
     }
 
-    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
         let r = self
-            .resolve(&i.bucket, &i.key, i.if_match.as_ref(), i.if_none_match.as_ref(), i.range)
+            .resolve(
+                &i.bucket,
+                &i.key,
+                i.if_match.as_ref(),
+                i.if_none_match.as_ref(),
+                i.range,
+            )
             .await?;
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some((r.end - r.start) as i64),
@@ -136,7 +159,10 @@ impl S3 for NodeApi {
         }))
     }
 
-    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
         self.node
             .metrics
@@ -165,7 +191,9 @@ impl S3 for NodeApi {
                 size: Some(o.size as i64),
                 e_tag: Some(ETag::Strong(o.etag)),
                 last_modified: o.last_modified.map(Timestamp::from),
-                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                storage_class: Some(ObjectStorageClass::from_static(
+                    ObjectStorageClass::STANDARD,
+                )),
                 ..Default::default()
             })
             .collect();
@@ -190,27 +218,52 @@ impl S3 for NodeApi {
         }))
     }
 
-    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
-        self.node.origin().head_bucket(&req.input.bucket).await.map_err(s3_error)?;
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.node
+            .origin()
+            .head_bucket(&req.input.bucket)
+            .await
+            .map_err(s3_error)?;
         Ok(S3Response::new(HeadBucketOutput::default()))
     }
 
-    async fn put_object(&self, _: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+    async fn put_object(
+        &self,
+        _: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
         Err(read_only())
     }
-    async fn delete_object(&self, _: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+    async fn delete_object(
+        &self,
+        _: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
         Err(read_only())
     }
-    async fn delete_objects(&self, _: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    async fn delete_objects(
+        &self,
+        _: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         Err(read_only())
     }
-    async fn copy_object(&self, _: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+    async fn copy_object(
+        &self,
+        _: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
         Err(read_only())
     }
-    async fn create_bucket(&self, _: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+    async fn create_bucket(
+        &self,
+        _: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
         Err(read_only())
     }
-    async fn delete_bucket(&self, _: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
+    async fn delete_bucket(
+        &self,
+        _: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
         Err(read_only())
     }
     async fn create_multipart_upload(
@@ -219,7 +272,10 @@ impl S3 for NodeApi {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         Err(read_only())
     }
-    async fn upload_part(&self, _: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+    async fn upload_part(
+        &self,
+        _: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
         Err(read_only())
     }
 }
@@ -234,13 +290,23 @@ pub struct PurgeRoute {
 fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
     uri.query()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == name).then(|| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
+        (k == name).then(|| {
+            percent_encoding::percent_decode_str(v)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
     })
 }
 
 #[async_trait::async_trait]
 impl s3s::route::S3Route for PurgeRoute {
-    fn is_match(&self, method: &http::Method, uri: &http::Uri, _: &http::HeaderMap, _: &mut http::Extensions) -> bool {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        _: &http::HeaderMap,
+        _: &mut http::Extensions,
+    ) -> bool {
         method == http::Method::POST && query_param(uri, "shoal-purge").is_some()
     }
 
@@ -258,18 +324,38 @@ impl s3s::route::S3Route for PurgeRoute {
             .decode_utf8_lossy()
             .into_owned();
         if bucket.is_empty() {
-            return Err(s3_error!(InvalidArgument, "purge needs a bucket: POST /BUCKET?shoal-purge&key=K"));
+            return Err(s3_error!(
+                InvalidArgument,
+                "purge needs a bucket: POST /BUCKET?shoal-purge&key=K"
+            ));
         }
-        let (what, n) = match (query_param(&req.uri, "key"), query_param(&req.uri, "prefix")) {
-            (Some(k), None) if !k.is_empty() => (format!("key {k}"), self.node.purge_object(&bucket, &k).await),
-            (None, Some(p)) => (format!("prefix {p:?}"), self.node.purge_prefix(&bucket, &p).await),
-            _ => return Err(s3_error!(InvalidArgument, "purge takes exactly one of key=K or prefix=P")),
+        let (what, n) = match (
+            query_param(&req.uri, "key"),
+            query_param(&req.uri, "prefix"),
+        ) {
+            (Some(k), None) if !k.is_empty() => (
+                format!("key {k}"),
+                self.node.purge_object(&bucket, &k).await,
+            ),
+            (None, Some(p)) => (
+                format!("prefix {p:?}"),
+                self.node.purge_prefix(&bucket, &p).await,
+            ),
+            _ => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "purge takes exactly one of key=K or prefix=P"
+                ))
+            }
         };
         self.node.metrics.purges.inc();
         tracing::info!(bucket = %bucket, "purged {what}: {n} blocks");
         let body = serde_json::json!({ "bucket": bucket, "purged_blocks": n }).to_string();
         let mut resp = S3Response::new(s3s::Body::from(body));
-        resp.headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        resp.headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
         Ok(resp)
     }
 }

@@ -72,11 +72,16 @@ pub async fn serve(
                 let acceptor = acceptor.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let stream = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
-                        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-                    };
+                    let stream =
+                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                return tracing::debug!(%peer, "TLS handshake failed: {e}")
+                            }
+                            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                        };
                     let conn = builder.serve_connection(TokioIo::new(stream), svc);
                     let _ = watcher.watch(conn).await;
                 });
@@ -85,20 +90,34 @@ pub async fn serve(
     }
     drop(listener);
     tracing::info!("shutting down: draining open connections for up to {drain:?}");
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("drain timed out; closing remaining connections");
     }
 }
 
-fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<RespBody> {
+fn text(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<RespBody> {
     Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, content_type)
-        .body(Full::new(body.into()).map_err(|e| match e {}).boxed_unsync())
+        .body(
+            Full::new(body.into())
+                .map_err(|e| match e {})
+                .boxed_unsync(),
+        )
         .expect("static response")
 }
 
-async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
+async fn handle(
+    app: Arc<App>,
+    mut req: Request<Incoming>,
+) -> Result<Response<RespBody>, Infallible> {
     let method = req.method().clone();
     let resp = match (&method, req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
@@ -106,8 +125,16 @@ async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Response<Re
             app.node.refresh_gauges();
             let mut out = String::new();
             match prometheus_client::encoding::text::encode(&mut out, &app.registry) {
-                Ok(()) => text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
-                Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", "cannot encode metrics\n"),
+                Ok(()) => text(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    out,
+                ),
+                Err(_) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "cannot encode metrics\n",
+                ),
             }
         }
         _ => {
@@ -118,7 +145,11 @@ async fn handle(app: Arc<App>, mut req: Request<Incoming>) -> Result<Response<Re
                 Ok(r) => r.map(|b| b.boxed_unsync()),
                 Err(e) => {
                     tracing::error!("S3 service error: {e:?}");
-                    text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", "internal error\n")
+                    text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain",
+                        "internal error\n",
+                    )
                 }
             }
         }
@@ -141,7 +172,10 @@ fn strip_signature(req: &mut Request<Incoming>) {
     if !q.contains("X-Amz-") {
         return;
     }
-    let kept: Vec<&str> = q.split('&').filter(|kv| !kv.starts_with("X-Amz-")).collect();
+    let kept: Vec<&str> = q
+        .split('&')
+        .filter(|kv| !kv.starts_with("X-Amz-"))
+        .collect();
     let pq = if kept.is_empty() {
         req.uri().path().to_owned()
     } else {

@@ -40,7 +40,11 @@ pub struct Header {
 }
 
 pub fn encode_header(key: &BlockKey, data: &[u8]) -> Vec<u8> {
-    let parts = [key.bucket.as_bytes(), key.key.as_bytes(), key.etag.as_bytes()];
+    let parts = [
+        key.bucket.as_bytes(),
+        key.key.as_bytes(),
+        key.etag.as_bytes(),
+    ];
     let header_len = FIXED + parts.iter().map(|p| 4 + p.len()).sum::<usize>();
     let mut h = Vec::with_capacity(header_len);
     h.extend_from_slice(MAGIC);
@@ -67,7 +71,10 @@ pub fn decode_header(buf: &[u8]) -> Result<Header, String> {
     let u32_at = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().unwrap());
     let u64_at = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().unwrap());
     if u32_at(8) != VERSION {
-        return Err(format!("block format version {} is not {VERSION}", u32_at(8)));
+        return Err(format!(
+            "block format version {} is not {VERSION}",
+            u32_at(8)
+        ));
     }
     let header_len = u32_at(12) as usize;
     if !(FIXED..=MAX_HEADER).contains(&header_len) || header_len > buf.len() {
@@ -87,7 +94,8 @@ pub fn decode_header(buf: &[u8]) -> Result<Header, String> {
         if n > header_len - at {
             return Err("header field runs past the header".into());
         }
-        let s = std::str::from_utf8(&buf[at..at + n]).map_err(|_| "header field is not UTF-8".to_string())?;
+        let s = std::str::from_utf8(&buf[at..at + n])
+            .map_err(|_| "header field is not UTF-8".to_string())?;
         parts.push(s);
         at += n;
     }
@@ -141,7 +149,8 @@ impl DiskTier {
             }
             for f in fs::read_dir(&sub)? {
                 let path = f?.path();
-                let keep = path.extension().is_some_and(|e| e == "blk") && Self::index_file(&path, &mut found).is_ok();
+                let keep = path.extension().is_some_and(|e| e == "blk")
+                    && Self::index_file(&path, &mut found).is_ok();
                 if !keep {
                     let _ = fs::remove_file(&path);
                     stats.removed += 1;
@@ -181,7 +190,9 @@ impl DiskTier {
         let h = match decode_header(&buf) {
             Err(e) if e.starts_with("bad header length") && meta.len() as usize > buf.len() => {
                 let mut all = Vec::new();
-                fs::File::open(path).and_then(|mut f| f.read_to_end(&mut all)).map_err(|e| e.to_string())?;
+                fs::File::open(path)
+                    .and_then(|mut f| f.read_to_end(&mut all))
+                    .map_err(|e| e.to_string())?;
                 decode_header(&all)?
             }
             r => r?,
@@ -197,7 +208,9 @@ impl DiskTier {
     /// Where `key` lives on disk.
     pub fn path_of(&self, key: &BlockKey) -> PathBuf {
         let d = key.digest();
-        self.dir.join(format!("{:02x}", (d >> 120) as u8)).join(format!("{d:032x}.blk"))
+        self.dir
+            .join(format!("{:02x}", (d >> 120) as u8))
+            .join(format!("{d:032x}.blk"))
     }
 
     pub fn checksum_failures(&self) -> u64 {
@@ -206,7 +219,9 @@ impl DiskTier {
 
     fn evict(&self, s: &mut State) {
         while s.bytes > self.capacity {
-            let Some((key, size)) = s.lru.pop_lru() else { break };
+            let Some((key, size)) = s.lru.pop_lru() else {
+                break;
+            };
             s.bytes -= size;
             let _ = fs::remove_file(self.path_of(&key));
             self.evictions.fetch_add(1, Relaxed);
@@ -229,7 +244,11 @@ impl DiskTier {
         }
         let data = &buf[h.header_len..];
         if data.len() as u64 != h.data_len {
-            return Err(format!("data is {} bytes, header says {}", data.len(), h.data_len));
+            return Err(format!(
+                "data is {} bytes, header says {}",
+                data.len(),
+                h.data_len
+            ));
         }
         if xxh3_64(data) != h.checksum {
             return Err("checksum mismatch".into());
@@ -240,7 +259,11 @@ impl DiskTier {
     fn retain(&self, keep: impl Fn(&BlockKey) -> bool) -> u64 {
         let gone: Vec<BlockKey> = {
             let s = self.state.lock().unwrap();
-            s.lru.iter().filter(|(k, _)| !keep(k)).map(|(k, _)| k.clone()).collect()
+            s.lru
+                .iter()
+                .filter(|(k, _)| !keep(k))
+                .map(|(k, _)| k.clone())
+                .collect()
         };
         for k in &gone {
             self.forget(k);
@@ -251,9 +274,8 @@ impl DiskTier {
 
 impl BlockCache for DiskTier {
     fn get(&self, key: &BlockKey) -> Option<Bytes> {
-        if self.state.lock().unwrap().lru.get(key).is_none() {
-            return None;
-        }
+        // Known to the index (and promoted in it), or not on disk at all.
+        self.state.lock().unwrap().lru.get(key)?;
         match self.read_verified(key) {
             Ok(b) => Some(b),
             Err(why) => {

@@ -24,7 +24,11 @@ impl BlockKey {
     /// A stable 128-bit digest of the identity, for file names.
     pub fn digest(&self) -> u128 {
         let mut buf = Vec::with_capacity(32 + self.bucket.len() + self.key.len() + self.etag.len());
-        for part in [self.bucket.as_bytes(), self.key.as_bytes(), self.etag.as_bytes()] {
+        for part in [
+            self.bucket.as_bytes(),
+            self.key.as_bytes(),
+            self.etag.as_bytes(),
+        ] {
             buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
             buf.extend_from_slice(part);
         }

@@ -51,7 +51,12 @@ impl RamTier {
         let mut removed = 0;
         for s in &self.shards {
             let mut s = s.lock().unwrap();
-            let gone: Vec<BlockKey> = s.lru.iter().filter(|(k, _)| !keep(k)).map(|(k, _)| k.clone()).collect();
+            let gone: Vec<BlockKey> = s
+                .lru
+                .iter()
+                .filter(|(k, _)| !keep(k))
+                .map(|(k, _)| k.clone())
+                .collect();
             for k in gone {
                 if let Some(v) = s.lru.pop(&k) {
                     s.bytes -= v.len() as u64;

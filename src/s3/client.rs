@@ -16,6 +16,13 @@ use super::{
 };
 use crate::config::{Addressing, CredentialMode, OriginConfig, RetryPolicy, Timeouts};
 
+/// What a purge drops.
+#[derive(Clone, Copy, Debug)]
+pub enum Purge<'a> {
+    Key(&'a str),
+    Prefix(&'a str),
+}
+
 /// Everything that shapes a client.
 #[derive(Clone, Debug)]
 pub struct S3ClientOptions {
@@ -309,6 +316,29 @@ impl S3Client {
             retry: true,
         };
         self.execute(call).await.map(drop)
+    }
+
+    /// Asks a shoal node to drop what it caches of one key or of every key under a
+    /// prefix (`POST /BUCKET?shoal-purge&key=K|prefix=P`); returns the node's JSON answer.
+    pub async fn purge(&self, bucket: &str, target: Purge<'_>) -> Result<String, S3Error> {
+        let (name, value) = match target {
+            Purge::Key(k) => ("key", k),
+            Purge::Prefix(p) => ("prefix", p),
+        };
+        let call = Call {
+            method: Method::POST,
+            bucket,
+            key: "",
+            query: format!("{name}={}&shoal-purge=", encode::query_value(value)),
+            signed: vec![],
+            unsigned: vec![],
+            body: Bytes::new(),
+            range: None,
+            retry: true,
+        };
+        let resp = self.execute(call).await?;
+        let body = read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
     /// A presigned GET URL for `bucket/key`, valid for `expires`.

@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use futures_util::Stream;
 
-pub use client::{S3Client, S3ClientOptions};
+pub use client::{Purge, S3Client, S3ClientOptions};
 pub use encode::key_problem;
 pub use error::{Deadline, S3Error};
 pub use sign::{Payload, Signer};

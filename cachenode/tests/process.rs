@@ -1,0 +1,186 @@
+//! The real `shoal-node` binary: restart with a warm disk tier, corrupt block files,
+//! graceful stop, and clear errors on bad use.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use shoal::s3::{ByteRange, GetObject};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shoal-node");
+const MIB: u64 = 1 << 20;
+
+/// Starts the binary and waits for its "listening on" line.
+fn spawn(config: &Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let _ = tx.send(rest.trim().to_owned());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("node did not start");
+    (child, addr.parse().unwrap())
+}
+
+fn write_config(dir: &Path, origin: &shoal_testorigin::Origin) -> std::path::PathBuf {
+    let toml = node_toml(
+        origin,
+        "",
+        &format!(
+            "[cache]\nram_size = \"32MiB\"\ndisk_size = \"256MiB\"\ndata_dir = \"{}\"",
+            dir.join("data").display()
+        ),
+    );
+    let path = dir.join("node.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+fn block_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir).unwrap() {
+        for f in std::fs::read_dir(sub.unwrap().path()).unwrap() {
+            out.push(f.unwrap().path());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
+    let origin = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &origin);
+    let body = data(12 * MIB as usize, 11);
+    origin.put(BUCKET, "warm", body.clone());
+
+    let (mut child, addr) = spawn(&cfg);
+    let ranges = [(0, 5 * MIB), (6 * MIB + 17, 12 * MIB)];
+    for (a, b) in ranges {
+        let (_, got) = client(addr)
+            .get_bytes(&GetObject::new(BUCKET, "warm").range(ByteRange::span(a, b)))
+            .await
+            .unwrap();
+        assert!(got == body.slice(a as usize..b as usize));
+    }
+    let gets = origin.stats.snapshot().gets_of(BUCKET, "warm");
+    assert_eq!(gets, 11, "blocks 0-4 and 6-11");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (mut child, addr) = spawn(&cfg);
+    for (a, b) in ranges {
+        let (_, got) = client(addr)
+            .get_bytes(&GetObject::new(BUCKET, "warm").range(ByteRange::span(a, b)))
+            .await
+            .unwrap();
+        assert!(got == body.slice(a as usize..b as usize));
+    }
+    assert_eq!(
+        origin.stats.snapshot().gets_of(BUCKET, "warm"),
+        gets,
+        "restart served from disk"
+    );
+
+    // Corrupt every block file: the node must refetch, never serve them.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let files = block_files(&dir.path().join("data/blocks"));
+    assert_eq!(files.len(), 11);
+    for f in &files {
+        let mut raw = std::fs::read(f).unwrap();
+        let n = raw.len();
+        raw[n / 2] ^= 0x5a;
+        std::fs::write(f, raw).unwrap();
+    }
+    let (mut child, addr) = spawn(&cfg);
+    let (_, got) = client(addr)
+        .get_bytes(&GetObject::new(BUCKET, "warm").range(ByteRange::span(0, 2 * MIB)))
+        .await
+        .unwrap();
+    assert!(got == body.slice(0..2 * MIB as usize));
+    let text = scrape(addr).await;
+    assert_eq!(metric(&text, "shoal_node_checksum_failures"), 2.0, "{text}");
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "warm"), gets + 2);
+
+    // SIGTERM: a clean exit.
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exit after SIGTERM: {status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "node did not stop after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn bad_use_gets_a_clear_error() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--config") && help.contains("--listen") && help.contains("--data-dir"),
+        "{help}"
+    );
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[node]\nlisen = \"0.0.0.0:1\"\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("node.lisen") && err.contains("unknown field"),
+        "{err}"
+    );
+
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
+
+    // A config without [origin] says so.
+    std::fs::write(&bad, "[node]\n[auth]\nmode = \"none\"\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[origin]"));
+}
