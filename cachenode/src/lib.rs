@@ -75,6 +75,11 @@ pub fn build(
         node: node.clone(),
         open,
     });
+    if !node_cfg.domains.is_empty() {
+        let host = s3s::host::MultiDomain::new(&node_cfg.domains)
+            .map_err(|e| format!("{}: node.domains: {e}", cfg.file))?;
+        builder.set_host(host);
+    }
     let mut registry = prometheus_client::registry::Registry::default();
     node.metrics.register(&mut registry);
     let tls = match &cfg.tls {

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn open_node() -> (shoal_testorigin::Origin, TestNode) {
     let origin = origin().await;
-    let toml = node_toml(&origin, "", "").replace(
+    let toml = node_toml(&origin, "domains = [\"s3.shoal.test\"]", "").replace(
         &format!("[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\""),
         "[auth]\nmode = \"none\"",
     );
@@ -107,7 +107,8 @@ async fn dot_segments_and_encoded_keys() {
     // A dot-segment key is refused, never resolved to another object.
     let out = raw(
         node.addr,
-        format!("GET /{BUCKET}/a/../b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET /{BUCKET}/a/../b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
     )
     .await;
     assert!(
@@ -117,8 +118,10 @@ async fn dot_segments_and_encoded_keys() {
     assert!(!out.contains(&String::from_utf8_lossy(&data(10, 2))[..]));
     let out = raw(
         node.addr,
-        format!("GET /{BUCKET}/a/%2E%2E/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "GET /{BUCKET}/a/%2E%2E/b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
     .await;
     assert!(
@@ -145,7 +148,7 @@ async fn huge_headers_and_pipelined_garbage() {
     let big = "x".repeat(64 * 1024);
     let out = raw(
         node.addr,
-        format!("GET /{BUCKET}/k HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\nConnection: close\r\n\r\n")
+        format!("GET /{BUCKET}/k HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {big}\r\nConnection: close\r\n\r\n")
             .as_bytes(),
     )
     .await;
@@ -155,14 +158,14 @@ async fn huge_headers_and_pipelined_garbage() {
         &out[..out.len().min(200)]
     );
     // One good request, then garbage on the same connection.
-    let mut req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    let mut req = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec();
     req.extend_from_slice(b"\x00\x01GARBAGE /\xff\xfe HTTP/9.9\r\n\r\n");
     let out = raw(node.addr, &req).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     // Requests with no bucket or a bogus method.
     let out = raw(
         node.addr,
-        b"BREW / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"BREW / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert!(
@@ -170,4 +173,20 @@ async fn huge_headers_and_pipelined_garbage() {
         "{out}"
     );
     alive(node.addr).await;
+}
+
+#[tokio::test]
+async fn virtual_hosted_requests() {
+    let (origin, node) = open_node().await;
+    origin.put(BUCKET, "vh/key", data(64, 7));
+    let out = raw(
+        node.addr,
+        format!(
+            "GET /vh/key HTTP/1.1\r\nHost: {BUCKET}.s3.shoal.test\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("content-length: 64\r\n"), "{out}");
 }

@@ -151,6 +151,9 @@ pub struct NodeConfig {
     pub list_ttl: Duration,
     pub shutdown_timeout: Duration,
     pub zone: Option<String>,
+    /// Base domains for virtual-hosted requests (`bucket.DOMAIN/key`); path-style
+    /// requests always work.
+    pub domains: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -660,6 +663,7 @@ impl Validator<'_> {
                 .shutdown_timeout
                 .map_or(defaults::SHUTDOWN_TIMEOUT, |d| d.0),
             zone: n.zone,
+            domains: n.domains.unwrap_or_default(),
         })
     }
 

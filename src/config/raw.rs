@@ -104,6 +104,7 @@ pub struct RawNode {
     pub list_ttl: Option<Dur>,
     pub shutdown_timeout: Option<Dur>,
     pub zone: Option<String>,
+    pub domains: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default, Debug)]

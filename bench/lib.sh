@@ -1,0 +1,82 @@
+# Shared helpers for the benchmark scripts (sourced, not run).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin="$root/target/release"
+work=$(mktemp -d /tmp/shoal-bench.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+export SHOAL_ORIGIN_SECRET_KEY=bench-origin-secret-0123
+ORIGIN_KEY=bench-origin
+NODE_KEY=bench-node
+NODE_SECRET=bench-node-secret-0123
+
+build() {
+  (cd "$root" && cargo build --release --quiet --workspace --bins --examples)
+}
+
+# wait_file FILE: waits up to 20 s for FILE to be non-empty.
+wait_file() {
+  for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "timed out waiting for $1" >&2; return 1
+}
+
+# start_origin SEED_DIR: starts the test origin; sets $origin (host:port).
+start_origin() {
+  "$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
+    --seed "$1" --addr-file "$work/origin.addr" 2>"$work/origin.log" &
+  pids+=($!)
+  wait_file "$work/origin.addr"
+  origin=$(cat "$work/origin.addr")
+}
+
+# free_port: an unused TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_node NAME [EXTRA_TOML]: starts a shoal-node; sets $node (host:port).
+start_node() {
+  local name=$1 extra=${2:-} port
+  port=$(free_port)
+  cat >"$work/$name.toml" <<TOML
+[origin]
+endpoint = "http://$origin"
+[origin.credentials]
+access_key_id = "$ORIGIN_KEY"
+secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
+[node]
+listen = "127.0.0.1:$port"
+[cache]
+ram_size = "2GiB"
+[auth]
+[[auth.keys]]
+access_key_id = "$NODE_KEY"
+secret_access_key = "$NODE_SECRET"
+$extra
+TOML
+  RUST_LOG=warn "$bin/shoal-node" --config "$work/$name.toml" 2>"$work/$name.log" &
+  pids+=($!)
+  for _ in $(seq 200); do
+    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  node="127.0.0.1:$port"
+}
+
+# ratio A B: A/B with two decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+# load ENDPOINT KEY SIZE [flags]: prints MB/s of s3_load.
+load() {
+  local ep=$1 key=$2 size=$3; shift 3
+  SHOAL_LOAD_ACCESS_KEY=${LOAD_KEY:-$NODE_KEY} SHOAL_LOAD_SECRET_KEY=${LOAD_SECRET:-$NODE_SECRET} \
+    "$bin/examples/s3_load" --endpoint "http://$ep" --bucket bench --key "$key" --size "$size" "$@" \
+    | sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p'
+}
