@@ -5,6 +5,7 @@
 //! tiers and the cluster reader are built on ([`source`]).
 
 pub mod cache;
+pub mod cluster;
 pub mod config;
 pub mod route;
 pub mod s3;

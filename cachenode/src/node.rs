@@ -127,6 +127,35 @@ impl Node {
         Ok(meta)
     }
 
+    /// Whether every node block of `start..end` is in RAM or on disk now.
+    pub async fn cached(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        start: u64,
+        end: u64,
+    ) -> bool {
+        if end <= start {
+            return true;
+        }
+        let bs = self.block_size;
+        for i in start / bs..=(end - 1) / bs {
+            let bk = BlockKey::new(bucket, key, &meta.etag, i);
+            if self.ram.get(&bk).is_some() {
+                continue;
+            }
+            let disk = self.disk.clone();
+            if !matches!(
+                tokio::task::spawn_blocking(move || disk.get(&bk).is_some()).await,
+                Ok(true)
+            ) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Forgets what is known of an object version (it changed at the origin).
     pub fn forget_meta(&self, bucket: &str, key: &str) {
         self.metas

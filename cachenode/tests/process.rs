@@ -3,42 +3,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use shoal::s3::{ByteRange, GetObject};
 
-const BIN: &str = env!("CARGO_BIN_EXE_shoal-node");
 const MIB: u64 = 1 << 20;
-
-/// Starts the binary and waits for its "listening on" line.
-fn spawn(config: &Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                let _ = tx.send(rest.trim().to_owned());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("node did not start");
-    (child, addr.parse().unwrap())
-}
 
 fn write_config(dir: &Path, origin: &shoal_testorigin::Origin) -> std::path::PathBuf {
     let toml = node_toml(

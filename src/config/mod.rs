@@ -136,6 +136,34 @@ pub struct ClusterConfig {
     pub credentials: CredentialMode,
 }
 
+impl ClusterConfig {
+    /// No nodes: every read goes to the origin (a plain S3 mount), with the design's
+    /// defaults for everything else.
+    pub fn standalone() -> ClusterConfig {
+        ClusterConfig {
+            membership: Membership::Static(Vec::new()),
+            zone: None,
+            block_size: defaults::CLUSTER_BLOCK_SIZE,
+            read_window: defaults::READ_WINDOW,
+            load_limit: defaults::LOAD_LIMIT,
+            load_factor: None,
+            down_for: defaults::DOWN_FOR,
+            hedge: HedgeConfig {
+                factor: defaults::HEDGE_FACTOR,
+                floor: defaults::HEDGE_FLOOR,
+                budget: defaults::HEDGE_BUDGET,
+            },
+            timeouts: Timeouts {
+                connect: defaults::NODE_CONNECT_TIMEOUT,
+                first_byte: defaults::NODE_FIRST_BYTE_TIMEOUT,
+                stall: defaults::NODE_STALL_TIMEOUT,
+            },
+            tls: false,
+            credentials: CredentialMode::Anonymous,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
     pub ram_size: u64,

@@ -385,6 +385,9 @@ impl S3Client {
         if let Some(e) = &req.if_none_match {
             signed.push(("if-none-match", format!("\"{}\"", unquote_etag(e))));
         }
+        if req.cached_only {
+            unsigned.push((super::CACHED_ONLY_HEADER, "1".to_owned()));
+        }
         let range = req.range.map(|r| r.header());
         if let Some(r) = &range {
             if self.inner.opts.sign_range {

@@ -107,6 +107,11 @@ impl S3Error {
         )
     }
 
+    /// A cached-only request that the node could not serve from its cache.
+    pub fn is_not_cached(&self) -> bool {
+        matches!(self.cause(), S3Error::Server { code, .. } if code == super::NOT_CACHED)
+    }
+
     /// The S3 error code this error is answered with by an S3 endpoint (the node).
     pub fn s3_code(&self) -> &str {
         match self.cause() {

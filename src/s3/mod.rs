@@ -75,7 +75,16 @@ pub struct GetObject {
     pub range: Option<ByteRange>,
     pub if_match: Option<String>,
     pub if_none_match: Option<String>,
+    /// Ask a shoal node to answer only from its cache (`x-shoal-cached-only`), with
+    /// [`NOT_CACHED`] when it would have to go to the origin. Hedges use it so that a
+    /// second request never becomes a second origin fetch.
+    pub cached_only: bool,
 }
+
+/// The header a cached-only request carries.
+pub const CACHED_ONLY_HEADER: &str = "x-shoal-cached-only";
+/// The S3 error code of a cached-only request the node could not serve from cache.
+pub const NOT_CACHED: &str = "ShoalNotCached";
 
 impl GetObject {
     pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {

@@ -153,3 +153,41 @@ pub async fn scrape(addr: std::net::SocketAddr) -> String {
         .await
         .unwrap()
 }
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_shoal-node");
+
+/// Starts the `shoal-node` binary and waits for its "listening on" line.
+pub fn spawn(config: &std::path::Path) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let _ = tx.send(rest.trim().to_owned());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("node did not start");
+    (child, addr.parse().unwrap())
+}
+
+/// Sends `sig` (like "-STOP") to a process.
+pub fn signal(child: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} failed");
+}
