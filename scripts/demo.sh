@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs shoal locally end to end: a real S3 origin with sample data on 127.0.0.1,
-# then reads through shoal and checks every byte against the source files.
-# Everything started here is stopped on exit, even on Ctrl-C.
-# Usage: scripts/demo.sh
+# three shoal-node cache nodes, and reads through the cluster, each checked byte
+# for byte against its source file. Everything started here is stopped on exit,
+# even on Ctrl-C. Usage: scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -22,52 +22,100 @@ bin="$root/target/release"
 
 echo "== sample data"
 mkdir -p "$work/data/docs" "$work/data/nested/deeper"
-head -c 48M /dev/urandom >"$work/data/big.bin"
+head -c 64M /dev/urandom >"$work/data/big.bin"
 printf 'hello from shoal\n' >"$work/data/docs/hello.txt"
 printf 'x' >"$work/data/docs/one-byte"
 : >"$work/data/docs/empty"
 head -c 1500000 /dev/urandom >"$work/data/nested/deeper/odd size.bin"
-find "$work/data" -type f | sort | sed "s|$work/data/|  |"
+(cd "$work/data" && find . -type f | sort | sed 's|^\./|  |')
 
-echo "== starting the origin (a real S3 server on 127.0.0.1)"
+echo "== starting the origin (a real S3 server on 127.0.0.1, 20 ms first-byte latency)"
 export SHOAL_ORIGIN_SECRET_KEY=demo-secret-0123456789
 "$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key demo --bucket demo \
-  --seed "$work/data" --addr-file "$work/origin.addr" 2>"$work/origin.log" &
+  --seed "$work/data" --addr-file "$work/origin.addr" --first-byte-delay-ms 20 2>"$work/origin.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/origin.addr" ] && break; sleep 0.1; done
 [ -s "$work/origin.addr" ] || { cat "$work/origin.log"; echo "origin did not start" >&2; exit 1; }
 origin=$(cat "$work/origin.addr")
 echo "  origin at http://$origin"
 
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+echo "== starting three shoal-node cache nodes"
+nodes=()
+for i in 1 2 3; do
+  port=$(free_port)
+  cat >"$work/node$i.toml" <<TOML
+[origin]
+endpoint = "http://$origin"
+[origin.credentials]
+access_key_id = "demo"
+secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
+[node]
+listen = "127.0.0.1:$port"
+[cache]
+ram_size = "256MiB"
+disk_size = "1GiB"
+data_dir = "$work/node$i"
+[auth]
+[[auth.keys]]
+access_key_id = "demo-cluster"
+secret_access_key = "demo-cluster-secret"
+TOML
+  RUST_LOG=warn "$bin/shoal-node" --config "$work/node$i.toml" 2>"$work/node$i.log" &
+  pids+=($!)
+  nodes+=("127.0.0.1:$port")
+done
+for n in "${nodes[@]}"; do
+  for _ in $(seq 100); do curl -sf "http://$n/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+  curl -sf "http://$n/healthz" >/dev/null || { cat "$work"/node*.log; echo "node $n did not start" >&2; exit 1; }
+  echo "  node at http://$n"
+done
+
+node_list=$(printf '"%s", ' "${nodes[@]}")
 cat >"$work/shoal.toml" <<TOML
 [origin]
 endpoint = "http://$origin"
 [origin.credentials]
 access_key_id = "demo"
 secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
+[cluster]
+nodes = [${node_list%, }]
+[cluster.credentials]
+access_key_id = "demo-cluster"
+secret_access_key = "demo-cluster-secret"
+[cache]
+ram_size = "0"
 TOML
 
-echo "== listing s3://demo/"
-"$bin/examples/s3_get" "$work/shoal.toml" ls s3://demo/
+echo "== big.bin, cold: every block fetched once from the origin by its owner node"
+"$bin/examples/cluster_read" "$work/shoal.toml" s3://demo/big.bin 2>&1 | sed 's/^/  /'
 
-echo "== reading every object and comparing with its source file"
+echo "== reading every object through the cluster, checked against its source file"
 fail=0
 while IFS= read -r -d '' f; do
   key=${f#"$work/data/"}
   want=$(md5sum <"$f" | cut -d' ' -f1)
-  start=$(date +%s.%N)
-  got=$("$bin/examples/s3_get" "$work/shoal.toml" cat "s3://demo/$key" | md5sum | cut -d' ' -f1)
-  end=$(date +%s.%N)
-  size=$(stat -c %s "$f")
-  rate=$(awk -v s="$size" -v a="$start" -v b="$end" 'BEGIN { d = b - a; if (d <= 0) d = 0.001; printf "%.0f", s / d / 1e6 }')
+  got=$("$bin/examples/cluster_read" "$work/shoal.toml" "s3://demo/$key" --out - 2>"$work/read.log" | md5sum | cut -d' ' -f1)
   if [ "$want" = "$got" ]; then
-    printf '  ok   %-28s %10d bytes  %6s MB/s  %s\n' "$key" "$size" "$rate" "$got"
+    printf '  ok   %-28s %10d bytes  %s\n' "$key" "$(stat -c %s "$f")" "$got"
   else
-    printf '  FAIL %-28s want %s got %s\n' "$key" "$want" "$got"; fail=1
+    printf '  FAIL %-28s want %s got %s\n' "$key" "$want" "$got"; cat "$work/read.log"; fail=1
   fi
 done < <(find "$work/data" -type f -print0 | sort -z)
 
-echo "== a ranged read: bytes 6-9 of docs/hello.txt"
-"$bin/examples/s3_get" "$work/shoal.toml" cat s3://demo/docs/hello.txt 6-9; echo
+
+echo "== big.bin, warm: blocks now in the nodes' RAM"
+"$bin/examples/cluster_read" "$work/shoal.toml" s3://demo/big.bin 2>&1 | sed 's/^/  /'
+
+echo "== node hit ratios"
+for n in "${nodes[@]}"; do
+  m=$(curl -sf "http://$n/metrics")
+  hits=$(echo "$m" | awk '/^shoal_node_hits_total\{tier="ram"\}/ {h+=$2} /^shoal_node_hits_total\{tier="disk"\}/ {h+=$2} END {print h+0}')
+  misses=$(echo "$m" | awk '/^shoal_node_misses_total\{tier="disk"\}/ {print $2+0}')
+  origin_bytes=$(echo "$m" | awk '/^shoal_node_origin_bytes_total / {print $2+0}')
+  awk -v n="$n" -v h="$hits" -v m="${misses:-0}" -v o="$origin_bytes" \
+    'BEGIN { t = h + m; printf "  %s  hits %d  misses %d  hit ratio %.0f%%  origin bytes %d\n", n, h, m, t ? 100 * h / t : 0, o }'
+done
 
 [ "$fail" -eq 0 ] && echo "demo: all objects read back byte-exact" || { echo "demo: MISMATCH" >&2; exit 1; }
