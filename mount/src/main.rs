@@ -1,1 +1,276 @@
-fn main() {}
+//! `shoal-mount`: mount an S3 bucket read-only, reading through the shoal cluster.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use clap::Parser;
+use shoal::config::units::{Dur, Size};
+use shoal::config::{Config, ProcessEnv};
+use shoal_mount::MountSpec;
+
+/// Mount BUCKET[/PREFIX] read-only at MOUNTPOINT; reads go through the shoal cache
+/// cluster named in the config ([cluster]), or straight to S3 without one.
+///
+/// Runs in the background by default and returns once the mount is live (or prints
+/// why it could not mount and exits non-zero). SIGINT or SIGTERM unmounts cleanly.
+/// As a mount helper: `mount -t fuse.shoal BUCKET /mnt -o config=/etc/shoal/mount.toml`.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// BUCKET[/PREFIX] to mount (default: mount.source in the config).
+    source: Option<String>,
+    /// Directory to mount on: must exist and be empty (default: mount.mountpoint).
+    mountpoint: Option<PathBuf>,
+    /// The TOML config ([origin], [cluster], [cache], [mount]).
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Stay in the foreground instead of returning once mounted.
+    #[arg(long, short)]
+    foreground: bool,
+    /// Let users other than the mounting one read the files.
+    #[arg(long)]
+    allow_other: bool,
+    /// Owner of every file (default: the mounting user).
+    #[arg(long)]
+    uid: Option<u32>,
+    /// Group of every file (default: the mounting user's group).
+    #[arg(long)]
+    gid: Option<u32>,
+    /// Permission bits of files, octal (default 0444).
+    #[arg(long, value_name = "MODE")]
+    file_mode: Option<String>,
+    /// Permission bits of directories, octal (default 0555).
+    #[arg(long, value_name = "MODE")]
+    dir_mode: Option<String>,
+    /// How long listings and attributes are trusted, like "10s".
+    #[arg(long, value_name = "DURATION")]
+    metadata_ttl: Option<String>,
+    /// Client RAM tier for blocks, like "512MiB".
+    #[arg(long, value_name = "SIZE")]
+    cache_size: Option<String>,
+    /// Blocks in flight per sequential reader.
+    #[arg(long, value_name = "BLOCKS")]
+    read_window: Option<usize>,
+    /// Serve Prometheus metrics on this address, like 127.0.0.1:9180.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// S3 endpoint, when the config has no [origin] section.
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// S3 region, when the config has no [origin] section.
+    #[arg(long)]
+    region: Option<String>,
+    /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
+    /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N,
+    /// config=FILE, foreground; _netdev, nofail, noauto, defaults and the like are ignored.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+}
+
+/// Applies `-o` options onto the flags (flags given explicitly still win).
+fn apply_o(args: &mut Args) -> Result<(), String> {
+    let opts: Vec<String> = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .map(str::to_owned)
+        .collect();
+    for o in opts {
+        let (k, v) = match o.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim().to_owned())),
+            None => (o.trim(), None),
+        };
+        let need = |v: Option<String>| v.ok_or_else(|| format!("-o {k} needs a value ({k}=...)"));
+        match k {
+            "" | "ro" | "_netdev" | "nofail" | "noauto" | "auto" | "defaults" | "user"
+            | "nouser" | "users" | "exec" | "noexec" | "suid" | "nosuid" | "dev" | "nodev"
+            | "atime" | "noatime" | "async" => {}
+            "rw" => return Err("-o rw: shoal mounts are read-only".into()),
+            "allow_other" => args.allow_other = true,
+            "foreground" => args.foreground = true,
+            "uid" => {
+                args.uid = args.uid.or(Some(
+                    need(v)?.parse().map_err(|_| "-o uid= takes a number")?,
+                ))
+            }
+            "gid" => {
+                args.gid = args.gid.or(Some(
+                    need(v)?.parse().map_err(|_| "-o gid= takes a number")?,
+                ))
+            }
+            "file_mode" => args.file_mode = args.file_mode.take().or(Some(need(v)?)),
+            "dir_mode" => args.dir_mode = args.dir_mode.take().or(Some(need(v)?)),
+            "metadata_ttl" => args.metadata_ttl = args.metadata_ttl.take().or(Some(need(v)?)),
+            "cache_size" => args.cache_size = args.cache_size.take().or(Some(need(v)?)),
+            "read_window" => {
+                args.read_window = args.read_window.or(Some(
+                    need(v)?
+                        .parse()
+                        .map_err(|_| "-o read_window= takes a number")?,
+                ))
+            }
+            "config" => args.config = args.config.take().or(Some(PathBuf::from(need(v)?))),
+            other => return Err(format!("unknown mount option {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+fn mode(s: &str, what: &str) -> Result<u16, String> {
+    u16::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("--{what} {s:?} is not an octal mode like 0444"))
+}
+
+fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
+    apply_o(&mut args)?;
+    let mut config = match &args.config {
+        Some(p) => Config::load(p).map_err(|e| e.to_string())?,
+        None => Config::empty(),
+    };
+    if config.origin().is_err() {
+        let mut text = String::from("[origin]\n");
+        if let Some(e) = &args.endpoint {
+            text.push_str(&format!("endpoint = {e:?}\n"));
+        }
+        if let Some(r) = &args.region {
+            text.push_str(&format!("region = {r:?}\n"));
+        }
+        let origin_only =
+            Config::parse(&text, "command line", &ProcessEnv).map_err(|e| e.to_string())?;
+        config = Config::with_origin_of(config, &origin_only);
+    } else if args.endpoint.is_some() || args.region.is_some() {
+        return Err(format!(
+            "--endpoint and --region apply only without an [origin] section; {} has one",
+            config.file
+        ));
+    }
+    let m = config.mount.clone();
+    let source = args
+        .source
+        .clone()
+        .or(m.source.clone())
+        .ok_or("no BUCKET[/PREFIX] given (argument, or mount.source in the config)")?;
+    let (bucket, prefix) = shoal_mount::parse_source(&source)?;
+    let mountpoint = args
+        .mountpoint
+        .clone()
+        .or(m.mountpoint.clone())
+        .ok_or("no MOUNTPOINT given (argument, or mount.mountpoint in the config)")?;
+    let metadata_ttl = match &args.metadata_ttl {
+        Some(s) => Dur::parse(s).map_err(|e| format!("--metadata-ttl: {e}"))?.0,
+        None => m.metadata_ttl,
+    };
+    let cache_size = match &args.cache_size {
+        Some(s) => Size::parse(s).map_err(|e| format!("--cache-size: {e}"))?.0,
+        None => config.cache.ram_size,
+    };
+    if args.read_window == Some(0) {
+        return Err("--read-window must be at least 1".into());
+    }
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let spec = MountSpec {
+        bucket,
+        prefix,
+        mountpoint,
+        allow_other: args.allow_other || m.allow_other,
+        uid: args.uid.or(m.uid).unwrap_or(uid),
+        gid: args.gid.or(m.gid).unwrap_or(gid),
+        file_mode: match &args.file_mode {
+            Some(s) => mode(s, "file-mode")?,
+            None => m.file_mode as u16,
+        },
+        dir_mode: match &args.dir_mode {
+            Some(s) => mode(s, "dir-mode")?,
+            None => m.dir_mode as u16,
+        },
+        metadata_ttl,
+        negative_ttl: m.negative_ttl,
+        cache_size,
+        read_window: args.read_window,
+        metrics_addr: args.metrics_addr.or(config.metrics_listen),
+        config,
+    };
+    Ok((spec, args.foreground))
+}
+
+const READY_ENV: &str = "SHOAL_MOUNT_NOTIFY_READY";
+const READY_LINE: &str = "shoal-mount: ready";
+
+/// Runs this program again in the foreground, detached, and waits until it says
+/// the mount is live or exits.
+fn daemonize() -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("shoal-mount"));
+    let mut child = match std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--foreground")
+        .env(READY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shoal-mount: cannot start the mount process: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let out = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    let _ = BufReader::new(out).read_line(&mut line);
+    if line.trim() == READY_LINE {
+        return ExitCode::SUCCESS;
+    }
+    // The child said why on stderr (shared with ours) and exited.
+    let code = child.wait().ok().and_then(|s| s.code()).unwrap_or(1);
+    ExitCode::from(if code == 0 { 1 } else { code as u8 })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let (spec, foreground) = match spec(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("shoal-mount: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !foreground {
+        return daemonize();
+    }
+    let notify = std::env::var_os(READY_ENV).is_some();
+    let ready = move || {
+        if notify {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{READY_LINE}");
+            let _ = out.flush();
+            // Nobody reads our stdout any more.
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                use std::os::fd::AsRawFd;
+                // SAFETY: both descriptors are valid; dup2 replaces stdout.
+                unsafe { libc::dup2(null.as_raw_fd(), 1) };
+            }
+        }
+    };
+    match shoal_mount::run(spec, ready) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal-mount: {e}");
+            std::thread::sleep(Duration::from_millis(10));
+            ExitCode::from(1)
+        }
+    }
+}

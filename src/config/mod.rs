@@ -279,6 +279,12 @@ impl Config {
         }
     }
 
+    /// `base` with the `[origin]` of `other` (for an origin built from flags).
+    pub fn with_origin_of(mut base: Config, other: &Config) -> Config {
+        base.origin = other.origin.clone();
+        base
+    }
+
     pub fn origin(&self) -> Result<&OriginConfig, ConfigError> {
         self.origin.as_ref().ok_or_else(|| self.missing("origin"))
     }

@@ -1,0 +1,186 @@
+//! The filesystem without a kernel, against the real local origin.
+
+use std::time::Duration;
+
+use shoal::cluster::{ClusterReader, ReaderOptions};
+use shoal::config::{Addressing, CredentialMode, Credentials, RetryPolicy, Timeouts};
+use shoal::s3::{S3Client, S3ClientOptions};
+use shoal_testorigin::{Origin, OriginOptions};
+
+use super::*;
+
+async fn setup(prefix: &str) -> (Origin, Fs) {
+    let origin = Origin::start(OriginOptions::default()).await.unwrap();
+    let o = &origin.options;
+    let client = S3Client::new(S3ClientOptions {
+        endpoint: url::Url::parse(&origin.endpoint()).unwrap(),
+        region: "us-east-1".into(),
+        addressing: Addressing::Path,
+        credentials: CredentialMode::Keys(Credentials {
+            access_key_id: o.access_key.clone(),
+            secret_access_key: o.secret_key.clone(),
+            session_token: None,
+        }),
+        timeouts: Timeouts {
+            connect: Duration::from_secs(1),
+            first_byte: Duration::from_secs(5),
+            stall: Duration::from_secs(5),
+        },
+        retry: RetryPolicy {
+            max_attempts: 2,
+            base: Duration::from_millis(1),
+            max: Duration::from_millis(5),
+        },
+        sign_range: true,
+        pool_idle_per_host: 8,
+    })
+    .unwrap();
+    let reader = ClusterReader::new(client.clone(), None, ReaderOptions::default());
+    let fs = Fs::new(
+        FsOptions {
+            bucket: "shoal-test".into(),
+            prefix: prefix.into(),
+            metadata_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(1),
+            uid: 0,
+            gid: 0,
+            file_mode: 0o444,
+            dir_mode: 0o555,
+        },
+        client,
+        reader,
+    );
+    (origin, fs)
+}
+
+#[tokio::test]
+async fn namespace_from_listings() {
+    let (origin, fs) = setup("pre/").await;
+    for k in [
+        "pre/a.txt",
+        "pre/dir/b.txt",
+        "pre/dir/sub/c.txt",
+        "pre/marker/",
+        "pre/both",
+        "pre/both/inner",
+        "pre/bad//name",
+        "pre/dot/./x",
+        "outside/not-shown",
+    ] {
+        origin.put("shoal-test", k, Bytes::from_static(b"data"));
+    }
+    origin.put(
+        "shoal-test",
+        &format!("pre/{}", "l".repeat(300)),
+        Bytes::from_static(b"x"),
+    );
+    let root = fs.readdir(ROOT).await.unwrap();
+    let names: Vec<(&str, Kind)> = root.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("a.txt", Kind::File),
+            ("bad", Kind::Dir),
+            ("both", Kind::Dir),
+            ("dir", Kind::Dir),
+            ("dot", Kind::Dir),
+            ("marker", Kind::Dir)
+        ]
+    );
+    assert_eq!(fs.stats.skipped_names.load(Relaxed), 1, "the 300-byte name");
+    let bad = fs.lookup(ROOT, "bad").await.unwrap();
+    assert!(
+        fs.readdir(bad.ino).await.unwrap().is_empty(),
+        "empty segment skipped"
+    );
+    assert_eq!(fs.stats.skipped_names.load(Relaxed), 2);
+    let dir = fs.lookup(ROOT, "dir").await.unwrap();
+    let sub: Vec<String> = fs
+        .readdir(dir.ino)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(sub, vec!["b.txt", "sub"]);
+    let a = fs.lookup(ROOT, "a.txt").await.unwrap();
+    assert_eq!((a.kind, a.size), (Kind::File, 4));
+    // Inode numbers are stable.
+    assert_eq!(fs.lookup(ROOT, "a.txt").await.unwrap().ino, a.ino);
+    assert!(matches!(
+        fs.lookup(ROOT, "nope").await,
+        Err(FsError::NotFound)
+    ));
+    assert!(matches!(
+        fs.lookup(ROOT, "..").await,
+        Err(FsError::NotFound)
+    ));
+    assert!(matches!(fs.lookup(a.ino, "x").await, Err(FsError::NotDir)));
+}
+
+#[tokio::test]
+async fn lookup_without_a_listing_and_negative_cache() {
+    let (origin, fs) = setup("").await;
+    origin.put("shoal-test", "f", Bytes::from_static(b"12345"));
+    origin.put("shoal-test", "d/x", Bytes::from_static(b"1"));
+    assert_eq!(fs.lookup(ROOT, "f").await.unwrap().size, 5);
+    assert_eq!(fs.lookup(ROOT, "d").await.unwrap().kind, Kind::Dir);
+    assert!(matches!(
+        fs.lookup(ROOT, "late").await,
+        Err(FsError::NotFound)
+    ));
+    origin.put("shoal-test", "late", Bytes::from_static(b"1"));
+    // Still negative within negative_ttl, then found.
+    assert!(matches!(
+        fs.lookup(ROOT, "late").await,
+        Err(FsError::NotFound)
+    ));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(fs.lookup(ROOT, "late").await.unwrap().size, 1);
+}
+
+#[tokio::test]
+async fn reads_and_readahead() {
+    let (origin, fs) = setup("").await;
+    let body: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    origin.put("shoal-test", "big", Bytes::from(body.clone()));
+    let a = fs.lookup(ROOT, "big").await.unwrap();
+    let o = fs.open(a.ino).await.unwrap();
+    assert!(!o.keep_cache, "first open has nothing cached");
+    let mut off = 0u64;
+    while off < body.len() as u64 {
+        let got = fs.read(o.fh, off, 131072).await.unwrap();
+        assert_eq!(&got[..], &body[off as usize..(off as usize + got.len())]);
+        off += got.len() as u64;
+    }
+    assert!(
+        fs.stats.readahead_blocks.load(Relaxed) > 0,
+        "sequential reads fetch ahead"
+    );
+    assert!(fs
+        .read(o.fh, body.len() as u64, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    fs.release(o.fh);
+    // Same version: keep the page cache.
+    assert!(fs.open(a.ino).await.unwrap().keep_cache);
+    assert!(matches!(fs.read(9999, 0, 1).await, Err(FsError::BadHandle)));
+    assert!(matches!(fs.open(ROOT).await, Err(FsError::IsDir)));
+}
+
+#[tokio::test]
+async fn a_changed_object_fails_its_open_handle_with_estale() {
+    let (origin, fs) = setup("").await;
+    origin.put("shoal-test", "v", Bytes::from(vec![1u8; 3_000_000]));
+    let a = fs.lookup(ROOT, "v").await.unwrap();
+    let o = fs.open(a.ino).await.unwrap();
+    assert_eq!(fs.read(o.fh, 0, 10).await.unwrap()[0], 1);
+    origin.put("shoal-test", "v", Bytes::from(vec![2u8; 3_000_000]));
+    let e = fs.read(o.fh, 2_500_000, 10).await.unwrap_err();
+    assert_eq!(e.errno(), libc::ESTALE, "{e}");
+    // The next open sees the new version, and the page cache is dropped.
+    let o2 = fs.open(a.ino).await.unwrap();
+    assert!(!o2.keep_cache);
+    assert_eq!(fs.read(o2.fh, 2_500_000, 10).await.unwrap()[0], 2);
+}

@@ -1,0 +1,238 @@
+//! `shoal-mount`: an S3 bucket as a read-only directory, read through the cluster.
+//!
+//! [`fs`] is the filesystem (namespace, handles, read-ahead) as async functions;
+//! [`fuse`] adapts it to the kernel; this module checks the ground, mounts, waits
+//! for a signal and unmounts.
+
+pub mod fs;
+pub mod fuse;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal::cluster::{ClusterReader, ReaderOptions};
+use shoal::config::{ClusterConfig, Config};
+use shoal::s3::{S3Client, S3Error};
+
+/// Everything a mount needs, after the config file and flags are merged.
+#[derive(Clone, Debug)]
+pub struct MountSpec {
+    pub config: Config,
+    pub bucket: String,
+    /// Empty or ending in `/`.
+    pub prefix: String,
+    pub mountpoint: PathBuf,
+    pub allow_other: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub file_mode: u16,
+    pub dir_mode: u16,
+    pub metadata_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub cache_size: u64,
+    pub read_window: Option<usize>,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// `BUCKET[/PREFIX]` as (bucket, prefix ending in `/` or empty).
+pub fn parse_source(s: &str) -> Result<(String, String), String> {
+    let s = s.strip_prefix("s3://").unwrap_or(s);
+    let (bucket, prefix) = s.split_once('/').unwrap_or((s, ""));
+    let valid = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !valid {
+        return Err(format!(
+            "{bucket:?} is not a bucket name (3 to 63 of a-z, 0-9, '-', '.')"
+        ));
+    }
+    let prefix = prefix.trim_matches('/');
+    let prefix = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    };
+    Ok((bucket.to_owned(), prefix))
+}
+
+/// The mountpoint must be an empty directory with nothing mounted on it.
+pub fn check_mountpoint(p: &Path) -> Result<PathBuf, String> {
+    let meta = std::fs::metadata(p).map_err(|e| format!("mountpoint {}: {e}", p.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("mountpoint {} is not a directory", p.display()));
+    }
+    let canon = std::fs::canonicalize(p).map_err(|e| format!("mountpoint {}: {e}", p.display()))?;
+    if is_mounted(&canon) {
+        return Err(format!(
+            "mountpoint {} is busy: something is already mounted there",
+            p.display()
+        ));
+    }
+    let mut entries =
+        std::fs::read_dir(&canon).map_err(|e| format!("mountpoint {}: {e}", p.display()))?;
+    if entries.next().is_some() {
+        return Err(format!("mountpoint {} is not empty", p.display()));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("FUSE is unavailable: /dev/fuse is missing (load the fuse module, or give the container /dev/fuse)".into());
+    }
+    Ok(canon)
+}
+
+/// Whether `p` is a mount point, from /proc/self/mountinfo.
+pub fn is_mounted(p: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = p.to_string_lossy();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .map(|m| {
+                m.replace("\\040", " ")
+                    .replace("\\011", "\t")
+                    .replace("\\012", "\n")
+                    .replace("\\134", "\\")
+            })
+            .is_some_and(|m| m == want)
+    })
+}
+
+fn access_error(spec: &MountSpec, e: S3Error) -> String {
+    let what = format!("s3://{}/{}", spec.bucket, spec.prefix);
+    match e.cause() {
+        S3Error::NoSuchBucket { .. } => format!("bucket {:?} does not exist", spec.bucket),
+        S3Error::AccessDenied { message } => format!("access denied listing {what}: {message}"),
+        _ => format!("cannot list {what}: {e}"),
+    }
+}
+
+/// Mounts, calls `ready` once the mount is live, and serves until SIGINT/SIGTERM
+/// or an external unmount; then unmounts.
+pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
+    let mountpoint = check_mountpoint(&spec.mountpoint)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("shoal-mount")
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    let origin_cfg = spec.config.origin().map_err(|e| e.to_string())?;
+    let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
+    let mut cluster = spec.config.cluster().cloned();
+    if let Some(w) = spec.read_window {
+        let c = cluster.get_or_insert_with(ClusterConfig::standalone);
+        c.read_window = w;
+    }
+    let fs = rt.block_on(async {
+        let reader = ClusterReader::new(
+            origin.clone(),
+            cluster.as_ref(),
+            ReaderOptions {
+                ram_bytes: spec.cache_size,
+                max_inflight_blocks: None,
+            },
+        );
+        let fs = fs::Fs::new(
+            fs::FsOptions {
+                bucket: spec.bucket.clone(),
+                prefix: spec.prefix.clone(),
+                metadata_ttl: spec.metadata_ttl,
+                negative_ttl: spec.negative_ttl,
+                uid: spec.uid,
+                gid: spec.gid,
+                file_mode: spec.file_mode,
+                dir_mode: spec.dir_mode,
+            },
+            origin,
+            reader,
+        );
+        fs.check_access().await.map(|()| Arc::new(fs))
+    });
+    let fs = fs.map_err(|e| access_error(&spec, e))?;
+    let metrics = Arc::new(metrics::MountMetrics::default());
+    if let Some(addr) = spec.metrics_addr {
+        rt.block_on(metrics::serve(addr, fs.clone(), metrics.clone()))
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    }
+
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName(format!("shoal:{}/{}", spec.bucket, spec.prefix)),
+        fuser::MountOption::Subtype("shoal".into()),
+        fuser::MountOption::RO,
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    if spec.allow_other {
+        cfg.acl = fuser::SessionACL::All;
+    }
+    cfg.n_threads = Some(4);
+    let adapter = fuse::FuseFs::new(fs.clone(), rt.handle().clone(), metrics);
+    let session = fuser::spawn_mount(adapter, &mountpoint, &cfg).map_err(|e| {
+        format!(
+            "cannot mount on {}: {e} (is fuse3 installed, and /dev/fuse usable?)",
+            mountpoint.display()
+        )
+    })?;
+    raise_readahead(
+        &mountpoint,
+        spec.config.cluster().map_or(8, |c| c.read_window) as u64 * 1024,
+    );
+    tracing::info!(
+        "mounted s3://{}/{} on {} ({} nodes)",
+        spec.bucket,
+        spec.prefix,
+        mountpoint.display(),
+        fs.reader().router().nodes().len()
+    );
+    ready();
+
+    let stopped_by_signal = rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return true,
+                _ = term.recv() => return true,
+                _ = tick.tick() => if session.guard.is_finished() { return false },
+            }
+        }
+    });
+    if stopped_by_signal {
+        tracing::info!("unmounting {}", mountpoint.display());
+        if let Err(e) = session.umount_and_join() {
+            tracing::warn!("unmount failed ({e}); detaching lazily");
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&mountpoint)
+                .status();
+        }
+    } else {
+        tracing::info!("{} was unmounted", mountpoint.display());
+        let _ = session.join();
+    }
+    rt.shutdown_timeout(Duration::from_secs(2));
+    Ok(())
+}
+
+/// Lets the kernel read ahead `kb` KiB on this mount (it grants only 128 KiB at
+/// FUSE init); best effort.
+fn raise_readahead(mountpoint: &Path, kb: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&path, kb.to_string()) {
+        tracing::debug!("cannot raise {path}: {e}");
+    }
+}
