@@ -63,6 +63,10 @@ struct Args {
     /// S3 region, when the config has no [origin] section.
     #[arg(long)]
     region: Option<String>,
+    /// In the background, write logs here (default: discarded once mounted; use
+    /// --foreground to watch them).
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
     /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
     /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N,
     /// config=FILE, foreground; _netdev, nofail, noauto, defaults and the like are ignored.
@@ -241,6 +245,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    let log_file = args.log_file.clone();
     let (spec, foreground) = match spec(args) {
         Ok(s) => s,
         Err(e) => {
@@ -257,11 +262,27 @@ fn main() -> ExitCode {
             let mut out = std::io::stdout();
             let _ = writeln!(out, "{READY_LINE}");
             let _ = out.flush();
-            // Nobody reads our stdout any more.
-            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-                use std::os::fd::AsRawFd;
+            // Detach from whoever started us: nobody reads our stdout any more, and
+            // holding their stderr open would keep a pipe reader waiting forever.
+            let null = std::fs::OpenOptions::new().write(true).open("/dev/null");
+            let log = log_file.as_ref().map(|p| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+            });
+            use std::os::fd::AsRawFd;
+            if let Ok(null) = &null {
                 // SAFETY: both descriptors are valid; dup2 replaces stdout.
                 unsafe { libc::dup2(null.as_raw_fd(), 1) };
+            }
+            let err_target = match &log {
+                Some(Ok(f)) => Some(f.as_raw_fd()),
+                _ => null.as_ref().ok().map(|f| f.as_raw_fd()),
+            };
+            if let Some(fd) = err_target {
+                // SAFETY: both descriptors are valid; dup2 replaces stderr.
+                unsafe { libc::dup2(fd, 2) };
             }
         }
     };

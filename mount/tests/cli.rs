@@ -1,0 +1,156 @@
+//! Bad use of `shoal-mount`: a clear message, a non-zero exit, nothing mounted.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(MOUNT)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_use_is_refused_clearly() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let cfg = dir.path().join("m.toml");
+    std::fs::write(&cfg, mount_toml(&o, &[], "")).unwrap();
+    let (c, m) = (cfg.to_str().unwrap(), mnt.to_str().unwrap());
+
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--config", c, "no-such-bucket", m],
+            "bucket \"no-such-bucket\" does not exist",
+        ),
+        (
+            vec!["--config", c, BUCKET, "/nonexistent/mountpoint"],
+            "/nonexistent/mountpoint",
+        ),
+        (
+            vec!["--config", c, "Bad_Bucket!", m],
+            "is not a bucket name",
+        ),
+        (vec!["--config", c, BUCKET], "no MOUNTPOINT given"),
+        (vec!["--config", c, "-o", "rw", BUCKET, m], "read-only"),
+        (
+            vec!["--config", c, "-o", "bogus=1", BUCKET, m],
+            "unknown mount option \"bogus\"",
+        ),
+        (
+            vec!["--config", c, "--cache-size", "lots", BUCKET, m],
+            "--cache-size",
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let (code, err) = tokio::task::spawn_blocking(move || {
+            run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+        .await
+        .unwrap();
+        assert_ne!(code, 0, "accepted: {err}");
+        assert!(err.contains(want), "wanted {want:?} in {err:?}");
+        assert!(!is_mounted(&mnt));
+    }
+
+    // Bad credentials.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        mount_toml(&o, &[], "").replace(&o.options.secret_key, "wrong"),
+    )
+    .unwrap();
+    let (code, err) = run(&["--config", bad.to_str().unwrap(), BUCKET, m]);
+    assert_ne!(code, 0);
+    assert!(err.contains("access denied"), "{err}");
+
+    // An unknown config key names the file and the key.
+    std::fs::write(
+        &bad,
+        format!(
+            "{}[mount]\nmetadata_tll = \"1s\"\n",
+            mount_toml(&o, &[], "")
+        ),
+    )
+    .unwrap();
+    let (code, err) = run(&["--config", bad.to_str().unwrap(), BUCKET, m]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.toml") && err.contains("mount.metadata_tll"),
+        "{err}"
+    );
+
+    // Not empty, and busy.
+    std::fs::write(mnt.join("x"), b"x").unwrap();
+    let (code, err) = run(&["--config", c, BUCKET, m]);
+    assert_ne!(code, 0);
+    assert!(err.contains("is not empty"), "{err}");
+    std::fs::remove_file(mnt.join("x")).unwrap();
+
+    // Daemon mode: returns 0 once live; a second mount on it is refused as busy.
+    let (code, err) = tokio::task::spawn_blocking({
+        let (c, m) = (c.to_owned(), m.to_owned());
+        move || run(&["--config", &c, BUCKET, &m])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(is_mounted(&mnt));
+    let (code, err) = run(&["--config", c, BUCKET, m]);
+    assert_ne!(code, 0);
+    assert!(err.contains("busy"), "{err}");
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+    // The daemon notices the unmount and exits on its own.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Command::new("pgrep")
+        .args(["-f", &format!("shoal-mount --config {c}")])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "daemon still running after unmount"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn help_tells_the_truth() {
+    let out = Command::new(MOUNT).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--foreground",
+        "--allow-other",
+        "--uid",
+        "--gid",
+        "--file-mode",
+        "--dir-mode",
+        "--metadata-ttl",
+        "--cache-size",
+        "--read-window",
+        "--metrics-addr",
+        "-o <OPTIONS>",
+        "--config",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}");
+    }
+}

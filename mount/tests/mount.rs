@@ -1,0 +1,331 @@
+//! Real FUSE mounts read with standard tools, against the real origin and real
+//! `shoal-node` processes.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+
+fn tree() -> Vec<(&'static str, Bytes)> {
+    vec![
+        ("hello.txt", Bytes::from_static(b"hello from shoal\n")),
+        ("empty", Bytes::new()),
+        ("one", Bytes::from_static(b"1")),
+        ("with space/and ünïcødé.bin", data(70_001, 1)),
+        (
+            "nested/deeper/deepest/odd size.bin",
+            data(3 * 1024 * 1024 + 17, 2),
+        ),
+        ("nested/block.bin", data(1024 * 1024, 3)),
+        ("nested/plus+percent%.txt", data(999, 4)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_tools_see_the_origin_exactly() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    seed(&o, "data/", &local, &tree());
+    let n1 = start_node(&o, dir.path(), "n1");
+    let n2 = start_node(&o, dir.path(), "n2");
+    let m = Mount::start(
+        &mount_toml(&o, &[&n1, &n2], ""),
+        &format!("{BUCKET}/data"),
+        &[],
+    );
+    let (mnt, loc) = (q(&m.mnt), q(&local));
+
+    // cat, cp -r, diff -r, md5sum.
+    assert_eq!(
+        sh_ok(&format!("cat {mnt}/hello.txt")).await,
+        "hello from shoal\n"
+    );
+    sh_ok(&format!(
+        "cp -r {mnt} {}/copy && diff -r {}/copy {loc}",
+        q(dir.path()),
+        q(dir.path())
+    ))
+    .await;
+    let sums =
+        |root: &str| format!("cd {root} && find . -type f -print0 | sort -z | xargs -0 md5sum");
+    assert_eq!(sh_ok(&sums(&mnt)).await, sh_ok(&sums(&loc)).await);
+    // tar -c of the mount unpacks to the same tree.
+    sh_ok(&format!(
+        "mkdir {d}/untar && tar -C {mnt} -cf - . | tar -C {d}/untar -xf - && diff -r {d}/untar {loc}",
+        d = q(dir.path())
+    ))
+    .await;
+    // find and ls -lR list the same names and sizes.
+    let names = |root: &str| format!("cd {root} && find . | sort");
+    assert_eq!(sh_ok(&names(&mnt)).await, sh_ok(&names(&loc)).await);
+    let sizes = |root: &str| format!("cd {root} && find . -type f -printf '%p %s\\n' | sort");
+    assert_eq!(sh_ok(&sizes(&mnt)).await, sh_ok(&sizes(&loc)).await);
+    let ls = sh_ok(&format!("ls -lR {mnt}")).await;
+    assert!(
+        ls.contains("3145745") && ls.contains("and ünïcødé.bin"),
+        "{ls}"
+    );
+    // stat: size and type.
+    let st = sh_ok(&format!(
+        "stat -c '%s %F' {mnt}/nested/block.bin {mnt}/nested"
+    ))
+    .await;
+    assert_eq!(st, "1048576 regular file\n0 directory\n");
+    // dd with odd block sizes and offsets.
+    for (bs, skip, count) in [
+        (4097, 3, 5),
+        (1, 1048570, 20),
+        (65536, 47, 3),
+        (1000000, 3, 1),
+    ] {
+        let f = "nested/deeper/deepest/odd size.bin";
+        let cmd = |root: &str| {
+            format!("dd if={root}/'{f}' bs={bs} skip={skip} count={count} status=none | md5sum")
+        };
+        assert_eq!(
+            sh_ok(&cmd(&mnt)).await,
+            sh_ok(&cmd(&loc)).await,
+            "dd bs={bs} skip={skip}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_access_zip_and_sqlite() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    // A zip and an SQLite database, made locally, then stored in the bucket.
+    sh_ok(&format!(
+        "cd {l} && python3 -c \"
+import zipfile, sqlite3
+with zipfile.ZipFile('a.zip', 'w') as z:
+    for i in range(20):
+        z.writestr(f'member-{{i}}.txt', 'x' * (i * 1000))
+db = sqlite3.connect('db.sqlite')
+db.execute('create table t (k integer primary key, v text)')
+db.executemany('insert into t values (?, ?)', [(i, 'v%d' % i) for i in range(5000)])
+db.commit()
+\"",
+        l = q(&local)
+    ))
+    .await;
+    let big = data(8 * 1024 * 1024 + 3, 9);
+    std::fs::write(local.join("big.bin"), &big).unwrap();
+    for f in ["a.zip", "db.sqlite", "big.bin"] {
+        o.put(BUCKET, f, std::fs::read(local.join(f)).unwrap());
+    }
+    let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &[]);
+    let mnt = q(&m.mnt);
+    // 1,000 random seeks and reads, compared with the local copy.
+    sh_ok(&format!(
+        "python3 -c \"
+import random
+random.seed(7)
+a = open('{mnt}/big.bin', 'rb'); b = open('{l}/big.bin', 'rb')
+size = {n}
+for _ in range(1000):
+    off = random.randrange(size); n = random.randrange(1, 200000)
+    a.seek(off); b.seek(off)
+    assert a.read(n) == b.read(n), off
+\"",
+        mnt = m.mnt.display(),
+        l = local.display(),
+        n = big.len()
+    ))
+    .await;
+    let z = sh_ok(&format!("python3 -m zipfile -l {mnt}/a.zip")).await;
+    assert!(z.contains("member-19.txt"), "{z}");
+    let query = |p: String| {
+        format!(
+            "python3 -c \"
+import sqlite3
+db = sqlite3.connect('file:{p}?immutable=1', uri=True)
+print(db.execute('select count(*), sum(k), max(v) from t where v like \\\"v1%\\\"').fetchone())
+\""
+        )
+    };
+    let rows = sh_ok(&query(m.path("db.sqlite").display().to_string())).await;
+    assert_eq!(
+        rows,
+        sh_ok(&query(local.join("db.sqlite").display().to_string())).await
+    );
+    assert!(rows.starts_with("(1111, 1514596,"), "{rows}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_list_completely_and_skip_bad_names() {
+    let o = origin().await;
+    for i in 0..10_000 {
+        o.put(BUCKET, &format!("many/f{i:05}"), Bytes::from_static(b"x"));
+    }
+    o.put(BUCKET, "implicit/a/b/c/leaf", Bytes::from_static(b"leaf"));
+    o.put(BUCKET, "odd/bad//double", Bytes::from_static(b"x"));
+    o.put(BUCKET, "odd/./dot", Bytes::from_static(b"x"));
+    o.put(
+        BUCKET,
+        &format!("odd/{}", "n".repeat(300)),
+        Bytes::from_static(b"x"),
+    );
+    o.put(BUCKET, "odd/fine", Bytes::from_static(b"fine"));
+    let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &[]);
+    let mnt = q(&m.mnt);
+    let listed = sh_ok(&format!("ls -f {mnt}/many | grep -v '^\\.\\.\\?$' | sort | uniq -c | awk '$1 != 1' | wc -l; ls {mnt}/many | wc -l")).await;
+    assert_eq!(listed, "0\n10000\n", "every key exactly once");
+    assert_eq!(
+        sh_ok(&format!("cat {mnt}/implicit/a/b/c/leaf")).await,
+        "leaf"
+    );
+    assert_eq!(
+        sh_ok(&format!("cd {mnt}/implicit && find . | sort")).await,
+        ".\n./a\n./a/b\n./a/b/c\n./a/b/c/leaf\n"
+    );
+    // Invalid names are skipped, the rest listed, and nothing fails.
+    let odd = sh_ok(&format!("ls -A {mnt}/odd; ls -A {mnt}/odd/bad")).await;
+    assert_eq!(odd, "bad\nfine\n", "{odd}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_fail_with_erofs() {
+    let o = origin().await;
+    o.put(BUCKET, "f", Bytes::from_static(b"x"));
+    let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &[]);
+    let mnt = q(&m.mnt);
+    for cmd in [
+        format!("touch {mnt}/new"),
+        format!("echo hi > {mnt}/f"),
+        format!("echo hi >> {mnt}/f"),
+        format!("rm {mnt}/f"),
+        format!("mkdir {mnt}/d"),
+        format!("mv {mnt}/f {mnt}/g"),
+        format!("ln -s x {mnt}/l"),
+    ] {
+        let out = sh(&cmd).await;
+        assert!(!out.status.success(), "{cmd} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Read-only file system"), "{cmd}: {err}");
+    }
+    assert_eq!(
+        o.store.get(BUCKET, "f").unwrap().data,
+        Bytes::from_static(b"x")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_during_md5sum_and_all_nodes_down() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = data(200 * 1024 * 1024, 11);
+    let etag = o.put(BUCKET, "big.bin", body);
+    let n1 = start_node(&o, dir.path(), "n1");
+    let mut n2 = start_node(&o, dir.path(), "n2");
+    let n3 = start_node(&o, dir.path(), "n3");
+    let m = Mount::start(
+        &mount_toml(&o, &[&n1, &n2, &n3], "[cache]\nram_size = \"64MiB\"\n"),
+        BUCKET,
+        &[],
+    );
+    let file = q(&m.path("big.bin"));
+    // md5sum while a node dies a little way in.
+    let sum = tokio::spawn({
+        let cmd = format!("md5sum {file}");
+        async move { sh_ok(&cmd).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    n2.child.kill().unwrap();
+    n2.child.wait().unwrap();
+    assert!(
+        sum.await.unwrap().starts_with(&etag),
+        "checksum after a node died"
+    );
+    // Every node gone: still correct, from the origin (page cache dropped first).
+    drop((n1, n2, n3));
+    sh_ok("sync; echo 3 > /proc/sys/vm/drop_caches").await;
+    assert!(
+        sh_ok(&format!("md5sum {file}")).await.starts_with(&etag),
+        "checksum with all nodes down"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_overwritten_while_open_fails_never_mixes() {
+    let o = origin().await;
+    o.put(BUCKET, "v.bin", Bytes::from(vec![b'a'; 6 * 1024 * 1024]));
+    let m = Mount::start(
+        &mount_toml(&o, &[], ""),
+        BUCKET,
+        &["--metadata-ttl", "100ms"],
+    );
+    let path = m.path("v.bin").display().to_string();
+    // Read the head, overwrite at the origin, read the tail: an error, never 'b's.
+    let script = format!(
+        "import os, sys, time, urllib.request
+f = open({path:?}, 'rb', buffering=0)
+assert f.read(4096) == b'a' * 4096
+sys.stdout.write('opened\\n'); sys.stdout.flush()
+sys.stdin.readline()
+f.seek(5 * 1024 * 1024)
+try:
+    data = f.read(65536)
+    assert set(data) <= {{ord('a')}}, 'mixed versions'
+    print('same-version')
+except OSError as e:
+    print('errno', e.errno)
+"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, Write};
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "opened\n");
+    o.put(BUCKET, "v.bin", Bytes::from(vec![b'b'; 6 * 1024 * 1024]));
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(child.wait().unwrap().success());
+    let estale_or_eio = [
+        format!("errno {}\n", libc::ESTALE),
+        format!("errno {}\n", libc::EIO),
+    ];
+    assert!(estale_or_eio.contains(&line), "got {line:?}");
+    // A new open sees the new version.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let head = sh_ok(&format!("head -c 3 {}", q(&m.path("v.bin")))).await;
+    assert_eq!(head, "bbb");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmount_with_a_read_in_flight_neither_hangs_nor_crashes() {
+    let o = origin().await;
+    o.put(BUCKET, "slow.bin", data(64 * 1024 * 1024, 12));
+    // A slow origin keeps the read in flight.
+    o.faults.set(shoal_testorigin::FaultSettings {
+        first_byte_delay_ms: 50,
+        bandwidth_bytes_per_sec: 5_000_000,
+        ..Default::default()
+    });
+    let mut m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &[]);
+    let file = q(&m.path("slow.bin"));
+    let reader = tokio::spawn(async move { sh(&format!("cat {file} > /dev/null")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = m.stop(Duration::from_secs(15));
+    assert!(status.success(), "shoal-mount exit: {status}");
+    // The reader ends (with an error) instead of hanging.
+    let out = tokio::time::timeout(Duration::from_secs(15), reader)
+        .await
+        .expect("reader hung")
+        .unwrap();
+    assert!(!out.status.success() || out.stderr.is_empty());
+    assert!(!is_mounted(&m.mnt), "still mounted");
+    o.faults.clear();
+}
