@@ -69,6 +69,20 @@ async fn ranged_gets_return_exactly_the_bytes_asked_for() {
 }
 
 #[tokio::test]
+async fn a_prefix_is_not_an_object() {
+    let t = TestS3::start().await;
+    t.put("dir/inner", data(3, 12)).await;
+    // Only dir/inner exists: dir/ and dir are missing keys, not server errors.
+    for k in ["dir/", "dir"] {
+        let r = t
+            .client
+            .get_bytes(&GetObject::new(&t.bucket, t.key(k)))
+            .await;
+        assert!(matches!(r, Err(S3Error::NoSuchKey { .. })), "{k}: {r:?}");
+    }
+}
+
+#[tokio::test]
 async fn empty_object() {
     let t = TestS3::start().await;
     t.put("empty", Bytes::new()).await;

@@ -156,3 +156,93 @@ fn bad_use_gets_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[origin]"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_https_with_the_configured_certificate() {
+    let origin = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "openssl could not make a certificate");
+    let toml = node_toml(
+        &origin,
+        "",
+        &format!(
+            "[tls]\ncert = \"{}\"\nkey = \"{}\"",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let path = dir.path().join("tls.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut addr = None;
+    for line in std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if let Some(a) = line.split("listening on https://").nth(1) {
+            addr = Some(a.trim().to_owned());
+            break;
+        }
+    }
+    let addr = addr.expect("node announced an https address");
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(&cert)
+        .arg(format!("https://{addr}/healthz"))
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A missing key file is a clear start-up error.
+    std::fs::write(
+        &path,
+        node_toml(
+            &origin,
+            "",
+            "[tls]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"",
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tls.cert /nonexistent/c.pem"));
+}

@@ -92,7 +92,8 @@ fn apply_o(args: &mut Args) -> Result<(), String> {
             "" | "ro" | "_netdev" | "nofail" | "noauto" | "auto" | "defaults" | "user"
             | "nouser" | "users" | "exec" | "noexec" | "suid" | "nosuid" | "dev" | "nodev"
             | "atime" | "noatime" | "async" => {}
-            "rw" => return Err("-o rw: shoal mounts are read-only".into()),
+            // mount(8) may add rw on its own; the mount is read-only whatever it says.
+            "rw" => eprintln!("shoal-mount: ignoring -o rw: shoal mounts are read-only"),
             "allow_other" => args.allow_other = true,
             "foreground" => args.foreground = true,
             "uid" => {

@@ -42,7 +42,6 @@ async fn bad_use_is_refused_clearly() {
             "is not a bucket name",
         ),
         (vec!["--config", c, BUCKET], "no MOUNTPOINT given"),
-        (vec!["--config", c, "-o", "rw", BUCKET, m], "read-only"),
         (
             vec!["--config", c, "-o", "bogus=1", BUCKET, m],
             "unknown mount option \"bogus\"",
@@ -131,6 +130,101 @@ async fn bad_use_is_refused_clearly() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_as_a_mount_helper_with_fstab_options() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let cfg = dir.path().join("m.toml");
+    std::fs::write(&cfg, mount_toml(&o, &[], "")).unwrap();
+    o.put(
+        BUCKET,
+        "data/file.txt",
+        bytes::Bytes::from_static(b"via helper\n"),
+    );
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/mount.fuse.shoal");
+    let path = format!(
+        "{}:{}",
+        std::path::Path::new(MOUNT).parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    // As mount(8) calls it for: BUCKET/data MNT fuse.shoal _netdev,allow_other,config=FILE
+    let (cfg_s, mnt_s) = (cfg.display().to_string(), mnt.display().to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(helper)
+            .args([
+                &format!("{BUCKET}/data"),
+                &mnt_s,
+                "-n",
+                "-o",
+                &format!("rw,_netdev,allow_other,config={cfg_s}"),
+            ])
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(is_mounted(&mnt));
+    let got = tokio::task::spawn_blocking({
+        let f = mnt.join("file.txt");
+        move || std::fs::read_to_string(f).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, "via helper\n");
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_reports_reads() {
+    let o = origin().await;
+    o.put(BUCKET, "m.bin", common::data(3 << 20, 5));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &["--metrics-addr", &addr]);
+    let f = m.path("m.bin");
+    let n = tokio::task::spawn_blocking(move || std::fs::read(f).unwrap().len())
+        .await
+        .unwrap();
+    assert_eq!(n, 3 << 20);
+    let text = tokio::task::spawn_blocking(move || {
+        let out = Command::new("curl")
+            .args(["-sS", &format!("http://{addr}/metrics")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+    .await
+    .unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+    };
+    assert!(value("shoal_mount_read_bytes ") >= (3 << 20) as f64);
+    assert!(value("shoal_client_fallbacks_total{cause=\"no_nodes\"} ") >= 3.0);
+    assert!(
+        text.contains("shoal_mount_op_seconds_bucket{le="),
+        "op latencies exported"
+    );
 }
 
 #[test]
