@@ -4,7 +4,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$root/target/release"
 work=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 pids=()
+mounts=()
 cleanup() {
+  for m in "${mounts[@]}"; do fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
@@ -79,4 +81,23 @@ load() {
   SHOAL_LOAD_ACCESS_KEY=${LOAD_KEY:-$NODE_KEY} SHOAL_LOAD_SECRET_KEY=${LOAD_SECRET:-$NODE_SECRET} \
     "$bin/examples/s3_load" --endpoint "http://$ep" --bucket bench --key "$key" --size "$size" "$@" \
     | sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p'
+}
+
+# drop_cache: empties the kernel page cache (root only) so reads go to the filesystem.
+drop_cache() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+
+# dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks.
+dd_rate() {
+  dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ {
+    v = $(NF-1); u = $NF
+    if (u == "GB/s") v *= 1000; else if (u == "kB/s") v /= 1000; else if (u == "B/s") v /= 1e6
+    printf "%.1f", v }'
+}
+
+# secs CMD...: wall seconds a command takes.
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'; }
+
+wait_mounted() {
+  for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.1; done
+  echo "mount at $1 did not come up" >&2; return 1
 }

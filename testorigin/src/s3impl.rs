@@ -213,6 +213,64 @@ impl S3 for MemS3 {
         }))
     }
 
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
+        let page = self
+            .store
+            .list(
+                &input.bucket,
+                &prefix,
+                input.delimiter.as_deref(),
+                input.marker.as_deref(),
+                max_keys,
+            )
+            .map_err(missing)?;
+        let contents: Vec<Object> = page
+            .objects
+            .iter()
+            .map(|(key, obj)| Object {
+                key: Some(key.clone()),
+                size: Some(obj.data.len() as i64),
+                e_tag: Some(etag_of(obj)),
+                last_modified: Some(Timestamp::from(obj.last_modified)),
+                storage_class: Some(ObjectStorageClass::from_static(
+                    ObjectStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        let common_prefixes: Vec<CommonPrefix> = page
+            .common_prefixes
+            .iter()
+            .map(|p| CommonPrefix {
+                prefix: Some(p.clone()),
+            })
+            .collect();
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: Some(prefix),
+            marker: input.marker,
+            delimiter: input.delimiter,
+            max_keys: Some(max_keys as i32),
+            is_truncated: Some(page.truncated),
+            // Version 1 markers are plain keys; a marker at a common prefix skips it.
+            next_marker: if page.truncated {
+                page.next_after
+                    .map(|a| a.trim_end_matches(char::MAX).to_owned())
+            } else {
+                None
+            },
+            contents: (!contents.is_empty()).then_some(contents),
+            common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
+            ..Default::default()
+        }))
+    }
+
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
