@@ -45,6 +45,16 @@ fn check_key(key: &str) -> S3Result<()> {
     }
 }
 
+/// The answer to a cached-only request that would need the origin.
+fn not_cached() -> s3s::S3Error {
+    let mut e = s3s::S3Error::with_message(
+        S3ErrorCode::Custom(shoal::s3::NOT_CACHED.into()),
+        "not cached here (cached-only request)",
+    );
+    e.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+    e
+}
+
 fn read_only() -> s3s::S3Error {
     let mut e = s3s::S3Error::with_message(
         S3ErrorCode::MethodNotAllowed,
@@ -69,14 +79,23 @@ impl NodeApi {
         if_match: Option<&ETagCondition>,
         if_none_match: Option<&ETagCondition>,
         range: Option<Range>,
+        get: bool,
     ) -> S3Result<Resolved> {
         check_key(key)?;
         let pinned = if_match.and_then(condition_etag);
-        let meta = self
-            .node
-            .resolve(bucket, key, pinned.as_deref())
-            .await
-            .map_err(s3_error)?;
+        // Where the read starts, when that is known without the object's size.
+        let start_block = match range {
+            None => Some(0),
+            Some(Range::Int { first, .. }) => Some(first / self.node.block_size()),
+            Some(Range::Suffix { .. }) => None,
+        };
+        let meta = match (&pinned, start_block) {
+            (Some(etag), Some(index)) if get => {
+                self.node.resolve_pinned(bucket, key, etag, index).await
+            }
+            _ => self.node.resolve(bucket, key, pinned.as_deref()).await,
+        }
+        .map_err(s3_error)?;
         if let Some(c) = if_none_match {
             if condition_etag(c).is_none_or(|e| e == meta.etag) {
                 return Err(s3_error!(NotModified));
@@ -107,7 +126,19 @@ impl S3 for NodeApi {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        let cached_only = req.headers.contains_key(shoal::s3::CACHED_ONLY_HEADER);
         let i = req.input;
+        if cached_only {
+            // Not even the version is known here: nothing can be cached.
+            let known = i
+                .if_match
+                .as_ref()
+                .and_then(condition_etag)
+                .and_then(|e| self.node.known(&i.bucket, &i.key, &e));
+            if known.is_none() {
+                return Err(not_cached());
+            }
+        }
         let r = self
             .resolve(
                 &i.bucket,
@@ -115,8 +146,17 @@ impl S3 for NodeApi {
                 i.if_match.as_ref(),
                 i.if_none_match.as_ref(),
                 i.range,
+                true,
             )
             .await?;
+        if cached_only
+            && !self
+                .node
+                .cached(&i.bucket, &i.key, &r.meta, r.start, r.end)
+                .await
+        {
+            return Err(not_cached());
+        }
         let body = self
             .node
             .read(&i.bucket, &i.key, &r.meta, r.start, r.end)
@@ -146,6 +186,7 @@ impl S3 for NodeApi {
                 i.if_match.as_ref(),
                 i.if_none_match.as_ref(),
                 i.range,
+                false,
             )
             .await?;
         Ok(S3Response::new(HeadObjectOutput {

@@ -395,3 +395,41 @@ async fn purge_drops_cached_blocks() {
     c.get_bytes(&GetObject::new(BUCKET, "p/a")).await.unwrap();
     assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "p/a"), 1);
 }
+
+#[tokio::test]
+async fn cached_only_requests_never_reach_the_origin() {
+    let origin = origin().await;
+    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let c = client(node.addr);
+    let body = data(3 * MIB as usize, 31);
+    let etag = origin.put(BUCKET, "co", body.clone());
+    origin.stats.reset();
+    let mut req = GetObject::new(BUCKET, "co")
+        .if_match(&etag)
+        .range(ByteRange::span(0, MIB));
+    req.cached_only = true;
+    let e = c.get_bytes(&req).await.unwrap_err();
+    assert!(e.is_not_cached(), "{e:?}");
+    assert_eq!(
+        origin.stats.snapshot().count("GET") + origin.stats.snapshot().count("HEAD"),
+        0
+    );
+    // Cache block 0 with a normal read; then cached-only serves it, and still
+    // refuses block 1.
+    req.cached_only = false;
+    c.get_bytes(&req).await.unwrap();
+    req.cached_only = true;
+    let (_, got) = c.get_bytes(&req).await.unwrap();
+    assert!(got == body.slice(0..MIB as usize));
+    let mut far = GetObject::new(BUCKET, "co")
+        .if_match(&etag)
+        .range(ByteRange::span(MIB, 2 * MIB));
+    far.cached_only = true;
+    assert!(c.get_bytes(&far).await.unwrap_err().is_not_cached());
+    assert_eq!(
+        origin.stats.snapshot().gets_of(BUCKET, "co"),
+        1,
+        "one GET, no HEAD: the pinned block supplied the size"
+    );
+    assert_eq!(origin.stats.snapshot().count("HEAD"), 0);
+}
