@@ -26,8 +26,17 @@ pub const RAM: TierLabel = TierLabel { tier: "ram" };
 pub const DISK: TierLabel = TierLabel { tier: "disk" };
 pub const ORIGIN: TierLabel = TierLabel { tier: "origin" };
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    pub version: &'static str,
+}
+
 #[derive(Default)]
 pub struct Metrics {
+    /// Always 1, labelled with the version: `shoal status` reads it.
+    pub build_info: Family<VersionLabel, Gauge>,
+    /// Unix time the node started, for uptime.
+    pub start_time_seconds: Gauge,
     /// HTTP requests answered, by method and status.
     pub requests: Family<MethodStatus, Counter>,
     /// Body bytes served, by the tier the block came from.
@@ -57,6 +66,25 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(&self, r: &mut Registry) {
         let p = r.sub_registry_with_prefix("shoal_node");
+        self.build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.start_time_seconds.set(now as i64);
+        p.register(
+            "build_info",
+            "Always 1; the label is the node's version",
+            self.build_info.clone(),
+        );
+        p.register(
+            "start_time_seconds",
+            "Unix time the node started",
+            self.start_time_seconds.clone(),
+        );
         p.register(
             "requests",
             "HTTP requests answered, by method and status",

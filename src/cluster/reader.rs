@@ -400,3 +400,61 @@ impl Handle {
         }
     }
 }
+
+/// What warming one block found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Warmed {
+    /// The owner already had it.
+    AlreadyWarm,
+    /// The owner fetched it from the origin now.
+    Fetched,
+}
+
+impl ClusterReader {
+    /// Makes block `index` of `meta`'s version hot on its owner node: a cached-only
+    /// request first (so "already warm" is known exactly), then a normal one.
+    /// Returns what happened and the node that holds it now.
+    pub async fn warm_block(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        index: u64,
+    ) -> Result<(Warmed, String), S3Error> {
+        let block = crate::route::BlockId { bucket, key, index };
+        let pick = self.router.pick(&block).map_err(|why| S3Error::Connect {
+            endpoint: "cluster".into(),
+            message: format!("no node can take the block ({why:?})"),
+        })?;
+        let client = self.node_client(pick.node.id());
+        let _inflight = self.router.begin(&pick.node);
+        let mut req = GetObject::new(bucket, key)
+            .range(self.block_range(index, meta.size))
+            .if_match(&meta.etag);
+        req.cached_only = true;
+        let outcome = match client.get_bytes(&req).await {
+            Ok(_) => Warmed::AlreadyWarm,
+            Err(e) if e.is_not_cached() => {
+                req.cached_only = false;
+                client.get_bytes(&req).await?;
+                Warmed::Fetched
+            }
+            Err(e) => {
+                if matches!(e.cause(), S3Error::Connect { .. }) {
+                    self.router.mark_down(&pick.node);
+                }
+                return Err(e);
+            }
+        };
+        Ok((outcome, pick.node.id().to_owned()))
+    }
+}
+
+impl ClusterReader {
+    /// Resolves a DNS membership once now (a static one is ready already).
+    pub async fn membership_ready(&self) {
+        if let Err(e) = self.router.membership().refresh().await {
+            tracing::warn!("cannot resolve the cluster's DNS name: {e}");
+        }
+    }
+}

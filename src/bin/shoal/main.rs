@@ -1,0 +1,96 @@
+//! `shoal`: see and steer a shoal cluster: warm a prefix, check nodes, explain
+//! where a block goes, purge cached data.
+
+mod purge;
+mod route;
+mod status;
+mod warm;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use shoal::config::Config;
+
+/// Operate a shoal cache cluster, with the same TOML config as shoal-mount
+/// ([origin], [cluster]) and the usual AWS_* environment.
+#[derive(Parser, Debug)]
+#[command(name = "shoal", version, about, long_about)]
+struct Cli {
+    /// The TOML config (the [origin] and [cluster] sections are used).
+    #[arg(long, short, global = true, value_name = "FILE", env = "SHOAL_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Fetch every block of every object under a prefix onto its owning node, so the
+    /// cluster is hot before a job starts.
+    Warm(warm::Args),
+    /// Reachability, version, uptime, cache use and hit ratio of every node.
+    /// Exits non-zero when a node is unreachable.
+    Status(status::Args),
+    /// Show the block an offset falls in and the node ranking for it.
+    Route(route::Args),
+    /// Drop cached data of one key (or a prefix) on every node.
+    Purge(purge::Args),
+    /// Print shell completions.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `s3://BUCKET/KEY` as (bucket, key).
+pub fn parse_url(url: &str) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("{url:?} is not an s3://BUCKET/KEY URL"))?;
+    let (b, k) = rest.split_once('/').unwrap_or((rest, ""));
+    if b.is_empty() {
+        return Err(format!("{url:?} names no bucket"));
+    }
+    Ok((b.to_owned(), k.to_owned()))
+}
+
+fn load(path: &Option<PathBuf>) -> Result<Config, String> {
+    match path {
+        Some(p) => Config::load(p).map_err(|e| e.to_string()),
+        None => Err("no config: give --config FILE (or SHOAL_CONFIG)".into()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Command::Completions { shell } = &cli.command {
+        clap_complete::generate(*shell, &mut Cli::command(), "shoal", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let result = rt.block_on(async {
+        let cfg = load(&cli.config)?;
+        match cli.command {
+            Command::Warm(a) => warm::run(&cfg, a).await,
+            Command::Status(a) => status::run(&cfg, a).await,
+            Command::Route(a) => route::run(&cfg, a),
+            Command::Purge(a) => purge::run(&cfg, a).await,
+            Command::Completions { .. } => unreachable!("handled above"),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
