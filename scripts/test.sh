@@ -22,3 +22,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== packaging (Debian package, systemd units, fstab mount, manifests)"
+if [ "$(id -u)" -eq 0 ]; then
+  packaging/test.sh
+else
+  echo "packaging/test.sh needs root (dpkg -i, mount): run it with sudo" >&2
+  exit 1
+fi

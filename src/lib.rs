@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod cluster;
 pub mod config;
+pub mod notify;
 pub mod route;
 pub mod s3;
 pub mod source;

@@ -69,6 +69,7 @@ async fn run(cfg: Config, args: Args) -> Result<(), String> {
         env!("CARGO_PKG_VERSION"),
         if tls.is_some() { "https" } else { "http" }
     );
+    shoal::notify::ready();
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("SIGTERM handler");

