@@ -35,9 +35,8 @@ pub struct Node {
     ram: Arc<dyn BlockCache>,
     disk: Arc<dyn BlockCache>,
     disk_tier: Option<Arc<DiskTier>>,
-    blocks: Coalescer<BlockKey, Bytes>,
+    blocks: Coalescer<BlockKey, (Bytes, ObjectMeta)>,
     heads: Coalescer<(String, String, Option<String>), ObjectMeta>,
-    firsts: Coalescer<BlockKey, (Bytes, ObjectMeta)>,
     metas: Mutex<HashMap<(String, String), (ObjectMeta, Instant)>>,
     block_size: u64,
     revalidate_after: Duration,
@@ -73,7 +72,6 @@ impl Node {
             disk_tier,
             blocks: Coalescer::default(),
             heads: Coalescer::default(),
-            firsts: Coalescer::default(),
             metas: Mutex::new(HashMap::new()),
             block_size: o.block_size,
             revalidate_after: o.revalidate_after,
@@ -182,38 +180,8 @@ impl Node {
         let bk = BlockKey::new(bucket, key, etag, index);
         let me = self.clone();
         let bk2 = bk.clone();
-        let fetch = async move {
-            let start = bk2.index * me.block_size;
-            let mut req = GetObject::new(&*bk2.bucket, &*bk2.key).if_match(&*bk2.etag);
-            req.range = Some(ByteRange::From {
-                first: start,
-                last: Some(start + me.block_size - 1),
-            });
-            me.metrics
-                .origin_requests
-                .get_or_create(&KindLabel { kind: "block" })
-                .inc();
-            let (meta, data) = me.origin.get_bytes(&req).await?;
-            let want = (start + me.block_size).min(meta.size).saturating_sub(start);
-            if data.len() as u64 != want || meta.etag != *bk2.etag {
-                return Err(S3Error::Protocol {
-                    endpoint: me.origin.endpoint().to_owned(),
-                    message: format!(
-                        "block {} came back with {} bytes, not {want}",
-                        bk2.index,
-                        data.len()
-                    ),
-                });
-            }
-            me.metrics.origin_bytes.inc_by(data.len() as u64);
-            me.ram.insert(bk2.clone(), data.clone());
-            if me.disk_tier.is_some() {
-                let (disk, d2, k3) = (me.disk.clone(), data.clone(), bk2.clone());
-                let _ = tokio::task::spawn_blocking(move || disk.insert(k3, d2)).await;
-            }
-            Ok((data, meta))
-        };
-        match self.firsts.run(bk, fetch).await.0 {
+        let fetch = async move { me.fetch_from_origin(bk2, None).await };
+        match self.blocks.run(bk, fetch).await.0 {
             Ok((_, meta)) => {
                 let mut metas = self.metas.lock().unwrap();
                 if metas.len() >= META_ENTRIES {
@@ -294,7 +262,7 @@ impl Node {
             tries += 1;
             let me = self.clone();
             let (bk2, size) = (bk.clone(), meta.size);
-            let fut = async move { me.fetch_from_origin(bk2, size).await };
+            let fut = async move { me.fetch_from_origin(bk2, Some(size)).await };
             let joined = tokio::time::timeout(WAIT_LIMIT, self.blocks.run(bk.clone(), fut)).await;
             let (r, how) = joined.map_err(|_| S3Error::Timeout {
                 endpoint: self.origin.endpoint().to_owned(),
@@ -305,7 +273,7 @@ impl Node {
                 self.metrics.coalesced_waits.inc();
             }
             match r {
-                Ok(b) => {
+                Ok((b, _)) => {
                     self.metrics
                         .bytes_served
                         .get_or_create(&metrics::ORIGIN)
@@ -327,24 +295,40 @@ impl Node {
         }
     }
 
-    async fn fetch_from_origin(self: Arc<Self>, bk: BlockKey, size: u64) -> Result<Bytes, S3Error> {
+    /// One node block from the origin with `If-Match`, kept in both tiers. Without
+    /// the object's size (`None`) the range is open-ended past the block and the
+    /// answer's `Content-Range` says how long the object is.
+    async fn fetch_from_origin(
+        self: Arc<Self>,
+        bk: BlockKey,
+        size: Option<u64>,
+    ) -> Result<(Bytes, ObjectMeta), S3Error> {
         let start = bk.index * self.block_size;
-        let end = (start + self.block_size).min(size);
         let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
-        req.range = Some(ByteRange::span(start, end));
+        req.range = Some(match size {
+            Some(size) => ByteRange::span(start, (start + self.block_size).min(size)),
+            None => ByteRange::From {
+                first: start,
+                last: Some(start + self.block_size - 1),
+            },
+        });
         self.metrics
             .origin_requests
             .get_or_create(&KindLabel { kind: "block" })
             .inc();
-        let (_, data) = self.origin.get_bytes(&req).await?;
-        if data.len() as u64 != end - start {
+        let (meta, data) = self.origin.get_bytes(&req).await?;
+        let want = (start + self.block_size)
+            .min(meta.size)
+            .saturating_sub(start);
+        if data.len() as u64 != want || meta.etag != *bk.etag {
             return Err(S3Error::Protocol {
                 endpoint: self.origin.endpoint().to_owned(),
                 message: format!(
-                    "block {} came back with {} bytes, not {}",
+                    "block {} came back with {} bytes of {:?}, not {want} of {:?}",
                     bk.index,
                     data.len(),
-                    end - start
+                    meta.etag,
+                    bk.etag
                 ),
             });
         }
@@ -354,7 +338,7 @@ impl Node {
             let (disk, d2) = (self.disk.clone(), data.clone());
             let _ = tokio::task::spawn_blocking(move || disk.insert(bk, d2)).await;
         }
-        Ok(data)
+        Ok((data, meta))
     }
 
     /// Bytes `start..end` of `meta`'s version as a stream of slices of whole blocks.

@@ -233,16 +233,7 @@ impl S3 for MemS3 {
         let contents: Vec<Object> = page
             .objects
             .iter()
-            .map(|(key, obj)| Object {
-                key: Some(key.clone()),
-                size: Some(obj.data.len() as i64),
-                e_tag: Some(etag_of(obj)),
-                last_modified: Some(Timestamp::from(obj.last_modified)),
-                storage_class: Some(ObjectStorageClass::from_static(
-                    ObjectStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            })
+            .map(|(key, obj)| listed(key, obj))
             .collect();
         let common_prefixes: Vec<CommonPrefix> = page
             .common_prefixes
@@ -310,16 +301,7 @@ impl S3 for MemS3 {
         let contents: Vec<Object> = page
             .objects
             .iter()
-            .map(|(key, obj)| Object {
-                key: Some(key.clone()),
-                size: Some(obj.data.len() as i64),
-                e_tag: Some(etag_of(obj)),
-                last_modified: Some(Timestamp::from(obj.last_modified)),
-                storage_class: Some(ObjectStorageClass::from_static(
-                    ObjectStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            })
+            .map(|(key, obj)| listed(key, obj))
             .collect();
         let common_prefixes: Vec<CommonPrefix> = page
             .common_prefixes
@@ -347,6 +329,20 @@ impl S3 for MemS3 {
             common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
             ..Default::default()
         }))
+    }
+}
+
+/// One listing entry.
+fn listed(key: &str, obj: &StoredObject) -> Object {
+    Object {
+        key: Some(key.to_owned()),
+        size: Some(obj.data.len() as i64),
+        e_tag: Some(etag_of(obj)),
+        last_modified: Some(Timestamp::from(obj.last_modified)),
+        storage_class: Some(ObjectStorageClass::from_static(
+            ObjectStorageClass::STANDARD,
+        )),
+        ..Default::default()
     }
 }
 
