@@ -61,6 +61,11 @@ pub struct Metrics {
     pub cache_capacity_bytes: Family<TierLabel, Gauge>,
     /// Objects or prefixes purged through the admin API.
     pub purges: Counter,
+    /// How long rebuilding the disk tier's index took at start.
+    pub disk_index_rebuild_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Blocks found on disk at start, and leftover or unreadable files removed.
+    pub disk_blocks_at_start: Gauge,
+    pub disk_files_removed_at_start: Gauge,
 }
 
 impl Metrics {
@@ -141,5 +146,20 @@ impl Metrics {
             self.cache_capacity_bytes.clone(),
         );
         p.register("purges", "Purge requests served", self.purges.clone());
+        p.register(
+            "disk_index_rebuild_seconds",
+            "Time to rebuild the disk tier index at start",
+            self.disk_index_rebuild_seconds.clone(),
+        );
+        p.register(
+            "disk_blocks_at_start",
+            "Blocks found on disk at start",
+            self.disk_blocks_at_start.clone(),
+        );
+        p.register(
+            "disk_files_removed_at_start",
+            "Temporary or unreadable block files removed at start",
+            self.disk_files_removed_at_start.clone(),
+        );
     }
 }

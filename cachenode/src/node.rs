@@ -45,6 +45,7 @@ pub struct Node {
 
 impl Node {
     pub fn new(origin: S3Client, o: NodeOptions) -> std::io::Result<Node> {
+        let metrics = Metrics::default();
         let (disk, disk_tier): (Arc<dyn BlockCache>, _) = match &o.disk {
             Some((dir, bytes)) if *bytes > 0 => {
                 let (tier, stats) = DiskTier::open(dir, *bytes)?;
@@ -55,6 +56,13 @@ impl Node {
                     "disk tier index rebuilt in {:?}",
                     stats.took
                 );
+                metrics
+                    .disk_index_rebuild_seconds
+                    .set(stats.took.as_secs_f64());
+                metrics.disk_blocks_at_start.set(stats.blocks as i64);
+                metrics
+                    .disk_files_removed_at_start
+                    .set(stats.removed as i64);
                 let tier = Arc::new(tier);
                 (tier.clone(), Some(tier))
             }
@@ -75,7 +83,7 @@ impl Node {
             metas: Mutex::new(HashMap::new()),
             block_size: o.block_size,
             revalidate_after: o.revalidate_after,
-            metrics: Metrics::default(),
+            metrics,
         })
     }
 
