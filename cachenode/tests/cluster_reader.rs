@@ -254,7 +254,15 @@ async fn a_paused_node_never_stalls_a_read() {
     assert!(helped >= 1.0, "hedges, failovers or fallbacks happened");
     // Resumed, the node is used again once down_for has passed.
     signal(&c.nodes[2].0, "-CONT");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let handle = r.router().node(&paused.to_string());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while r.router().is_down(&handle) {
+        assert!(
+            Instant::now() < deadline,
+            "still marked down long after down_for"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let before = counter(
         &r,
         &format!("shoal_client_node_requests_total{{node=\"{paused}\"}}"),

@@ -235,7 +235,15 @@ async fn a_node_killed_during_md5sum_and_all_nodes_down() {
         let cmd = format!("md5sum {file}");
         async move { sh_ok(&cmd).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kill a node once the read is under way (the origin has sent some of the file).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while o.stats.snapshot().body_bytes_sent < 20 << 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the read never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     n2.child.kill().unwrap();
     n2.child.wait().unwrap();
     assert!(
@@ -298,10 +306,19 @@ except OSError as e:
         format!("errno {}\n", libc::EIO),
     ];
     assert!(estale_or_eio.contains(&line), "got {line:?}");
-    // A new open sees the new version.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let head = sh_ok(&format!("head -c 3 {}", q(&m.path("v.bin")))).await;
-    assert_eq!(head, "bbb");
+    // A new open sees the new version (once the 100 ms metadata_ttl has passed).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let head = sh(&format!("head -c 3 {}", q(&m.path("v.bin")))).await;
+        if head.stdout == b"bbb" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new version never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,7 +334,15 @@ async fn unmount_with_a_read_in_flight_neither_hangs_nor_crashes() {
     let mut m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &[]);
     let file = q(&m.path("slow.bin"));
     let reader = tokio::spawn(async move { sh(&format!("cat {file} > /dev/null")).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Stop the mount once the read is really in flight at the origin.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while o.stats.snapshot().gets_of(BUCKET, "slow.bin") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the read never reached the origin"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let status = m.stop(Duration::from_secs(15));
     assert!(status.success(), "shoal-mount exit: {status}");
     // The reader ends (with an error) instead of hanging.

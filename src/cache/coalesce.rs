@@ -147,7 +147,9 @@ mod tests {
             })
             .await
         });
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        while c.in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
         leader.abort();
         let (r, j) = c.run(3, async { Ok(0) }).await;
         assert_eq!((r.unwrap(), j), (9, Joined::Follower));
