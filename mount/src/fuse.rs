@@ -144,8 +144,11 @@ impl Filesystem for FuseFs {
         self.spawn("open", async move {
             match fs.open(ino.0).await {
                 Ok(o) => {
-                    // Keep the page cache only when the version is the one it holds.
-                    let f = if o.keep_cache {
+                    // Keep the page cache only when the version is the one it holds;
+                    // bypass it when another version is open through it.
+                    let f = if o.direct_io {
+                        FopenFlags::FOPEN_DIRECT_IO
+                    } else if o.keep_cache {
                         FopenFlags::FOPEN_KEEP_CACHE
                     } else {
                         FopenFlags::empty()

@@ -69,6 +69,10 @@ struct Inode {
     fetched: Instant,
     /// ETag at the last open, to keep the page cache when it is unchanged.
     last_open_etag: Option<String>,
+    /// The version open handles read through the page cache, and how many of them.
+    /// The page cache is per inode, not per handle: a handle pinned to another
+    /// version must not read through it, or two versions would mix.
+    cached_open: Option<(String, usize)>,
 }
 
 #[derive(Clone, Debug)]
@@ -87,6 +91,8 @@ struct OpenFile {
     handle: Handle,
     ino: u64,
     ra: Mutex<Readahead>,
+    /// Reads go through the page cache (counted in the inode's `cached_open`).
+    cached: bool,
 }
 
 /// Per-handle sequential detection.
@@ -135,6 +141,8 @@ pub struct Opened {
     pub fh: u64,
     /// The version is the one the page cache holds: keep it.
     pub keep_cache: bool,
+    /// Another version is open through the page cache: bypass it.
+    pub direct_io: bool,
 }
 
 impl Fs {
@@ -150,6 +158,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 fetched: Instant::now(),
                 last_open_etag: None,
+                cached_open: None,
             },
         );
         Fs {
@@ -202,6 +211,7 @@ impl Fs {
                         mtime: self.mounted_at,
                         fetched: Instant::now(),
                         last_open_etag: None,
+                        cached_open: None,
                     },
                 );
                 ino
@@ -461,12 +471,28 @@ impl Fs {
             .reader
             .open(&self.opts.bucket, &self.full_key(&path), Some(meta.clone()))
             .await?;
-        let keep_cache = {
+        let (keep_cache, direct_io) = {
             let mut t = self.inodes.lock().unwrap();
             let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
-            let same = n.last_open_etag.as_deref() == Some(meta.etag.as_str());
-            n.last_open_etag = Some(meta.etag.clone());
-            same
+            let direct = match &mut n.cached_open {
+                Some((etag, count)) if *etag == meta.etag => {
+                    *count += 1;
+                    false
+                }
+                // Another version is being read through the page cache.
+                Some(_) => true,
+                None => {
+                    n.cached_open = Some((meta.etag.clone(), 1));
+                    false
+                }
+            };
+            if direct {
+                (false, true)
+            } else {
+                let same = n.last_open_etag.as_deref() == Some(meta.etag.as_str());
+                n.last_open_etag = Some(meta.etag.clone());
+                (same, false)
+            }
         };
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files.lock().unwrap().insert(
@@ -475,9 +501,14 @@ impl Fs {
                 handle,
                 ino,
                 ra: Mutex::new(Readahead::default()),
+                cached: !direct_io,
             }),
         );
-        Ok(Opened { fh, keep_cache })
+        Ok(Opened {
+            fh,
+            keep_cache,
+            direct_io,
+        })
     }
 
     /// `size` bytes at `offset` of open file `fh`.
@@ -554,7 +585,20 @@ impl Fs {
     }
 
     pub fn release(&self, fh: u64) {
-        self.files.lock().unwrap().remove(&fh);
+        let Some(f) = self.files.lock().unwrap().remove(&fh) else {
+            return;
+        };
+        if f.cached {
+            let mut t = self.inodes.lock().unwrap();
+            if let Some(n) = t.by_ino.get_mut(&f.ino) {
+                if let Some((_, count)) = &mut n.cached_open {
+                    *count -= 1;
+                    if *count == 0 {
+                        n.cached_open = None;
+                    }
+                }
+            }
+        }
     }
 
     pub fn open_files(&self) -> usize {
