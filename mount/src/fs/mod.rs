@@ -67,12 +67,13 @@ struct Inode {
     mtime: SystemTime,
     /// When size/ETag were last learned from the origin.
     fetched: Instant,
-    /// ETag at the last open, to keep the page cache when it is unchanged.
-    last_open_etag: Option<String>,
-    /// The version open handles read through the page cache, and how many of them.
-    /// The page cache is per inode, not per handle: a handle pinned to another
-    /// version must not read through it, or two versions would mix.
-    cached_open: Option<(String, usize)>,
+    /// The version whose bytes the kernel page cache may hold for this inode, and
+    /// how many open handles read through it. The page cache is per inode, not per
+    /// handle: a handle pinned to another version reads around it (direct I/O), and
+    /// the cache switches versions only when no handle uses it, after the kernel
+    /// was told to drop it.
+    page_version: Option<String>,
+    cached_handles: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -91,7 +92,7 @@ struct OpenFile {
     handle: Handle,
     ino: u64,
     ra: Mutex<Readahead>,
-    /// Reads go through the page cache (counted in the inode's `cached_open`).
+    /// Reads go through the page cache (counted in the inode's `cached_handles`).
     cached: bool,
 }
 
@@ -126,6 +127,7 @@ pub struct Fs {
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     mounted_at: SystemTime,
+    invalidate: std::sync::OnceLock<Invalidate>,
     pub stats: FsStats,
 }
 
@@ -134,6 +136,9 @@ struct Inodes {
     by_path: HashMap<String, u64>,
     next: u64,
 }
+
+/// Drops the kernel's cached pages and attributes of an inode; `false` if it could not.
+pub type Invalidate = Box<dyn Fn(u64) -> bool + Send + Sync>;
 
 /// Where an open file's data may be kept by the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,8 +162,8 @@ impl Fs {
                 etag: String::new(),
                 mtime: SystemTime::now(),
                 fetched: Instant::now(),
-                last_open_etag: None,
-                cached_open: None,
+                page_version: None,
+                cached_handles: 0,
             },
         );
         Fs {
@@ -175,6 +180,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             mounted_at: SystemTime::now(),
+            invalidate: std::sync::OnceLock::new(),
             stats: FsStats::default(),
         }
     }
@@ -210,8 +216,8 @@ impl Fs {
                         // Implicit directories have no time of their own: the mount's.
                         mtime: self.mounted_at,
                         fetched: Instant::now(),
-                        last_open_etag: None,
-                        cached_open: None,
+                        page_version: None,
+                        cached_handles: 0,
                     },
                 );
                 ino
@@ -471,29 +477,7 @@ impl Fs {
             .reader
             .open(&self.opts.bucket, &self.full_key(&path), Some(meta.clone()))
             .await?;
-        let (keep_cache, direct_io) = {
-            let mut t = self.inodes.lock().unwrap();
-            let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
-            let direct = match &mut n.cached_open {
-                Some((etag, count)) if *etag == meta.etag => {
-                    *count += 1;
-                    false
-                }
-                // Another version is being read through the page cache.
-                Some(_) => true,
-                None => {
-                    n.cached_open = Some((meta.etag.clone(), 1));
-                    false
-                }
-            };
-            if direct {
-                (false, true)
-            } else {
-                let same = n.last_open_etag.as_deref() == Some(meta.etag.as_str());
-                n.last_open_etag = Some(meta.etag.clone());
-                (same, false)
-            }
-        };
+        let (keep_cache, direct_io) = self.page_cache_mode(ino, &meta.etag);
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files.lock().unwrap().insert(
             fh,
@@ -578,7 +562,6 @@ impl Fs {
         let mut t = self.inodes.lock().unwrap();
         if let Some(n) = t.by_ino.get_mut(&ino) {
             n.etag.clear();
-            n.last_open_etag = None;
         }
         drop(t);
         self.dirs.lock().unwrap().clear();
@@ -589,15 +572,44 @@ impl Fs {
             return;
         };
         if f.cached {
-            let mut t = self.inodes.lock().unwrap();
-            if let Some(n) = t.by_ino.get_mut(&f.ino) {
-                if let Some((_, count)) = &mut n.cached_open {
-                    *count -= 1;
-                    if *count == 0 {
-                        n.cached_open = None;
-                    }
-                }
+            if let Some(n) = self.inodes.lock().unwrap().by_ino.get_mut(&f.ino) {
+                n.cached_handles -= 1;
             }
+        }
+    }
+
+    /// The kernel hook that drops an inode's cached pages (set by the FUSE adapter
+    /// once mounted; without one, as in tests, there is no page cache to drop).
+    pub fn set_invalidator(&self, f: Invalidate) {
+        let _ = self.invalidate.set(f);
+    }
+
+    /// How a new handle on version `etag` of `ino` reads: `(keep_cache, direct_io)`.
+    fn page_cache_mode(&self, ino: u64, etag: &str) -> (bool, bool) {
+        let before = {
+            let mut t = self.inodes.lock().unwrap();
+            let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
+            if n.page_version.as_deref() == Some(etag) {
+                n.cached_handles += 1;
+                return (true, false);
+            }
+            if n.cached_handles > 0 {
+                // Another version is being read through the page cache.
+                return (false, true);
+            }
+            n.page_version.clone()
+        };
+        // Switch the cache to this version: the kernel drops what it holds first
+        // (outside the lock: the kernel may wait on reads this process answers).
+        let dropped = self.invalidate.get().is_none_or(|f| f(ino));
+        let mut t = self.inodes.lock().unwrap();
+        let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
+        if dropped && n.cached_handles == 0 && n.page_version == before {
+            n.page_version = Some(etag.to_owned());
+            n.cached_handles = 1;
+            (false, false)
+        } else {
+            (false, true)
         }
     }
 
