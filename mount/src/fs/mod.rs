@@ -67,13 +67,10 @@ struct Inode {
     mtime: SystemTime,
     /// When size/ETag were last learned from the origin.
     fetched: Instant,
-    /// The version whose bytes the kernel page cache may hold for this inode, and
-    /// how many open handles read through it. The page cache is per inode, not per
-    /// handle: a handle pinned to another version reads around it (direct I/O), and
-    /// the cache switches versions only when no handle uses it, after the kernel
-    /// was told to drop it.
+    /// The version whose bytes the kernel page cache may hold for this inode. The
+    /// page cache is per inode, not per handle: a handle pinned to another version
+    /// reads around it (direct I/O).
     page_version: Option<String>,
-    cached_handles: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -92,8 +89,6 @@ struct OpenFile {
     handle: Handle,
     ino: u64,
     ra: Mutex<Readahead>,
-    /// Reads go through the page cache (counted in the inode's `cached_handles`).
-    cached: bool,
 }
 
 /// Per-handle sequential detection.
@@ -127,7 +122,6 @@ pub struct Fs {
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     mounted_at: SystemTime,
-    invalidate: std::sync::OnceLock<Invalidate>,
     pub stats: FsStats,
 }
 
@@ -136,9 +130,6 @@ struct Inodes {
     by_path: HashMap<String, u64>,
     next: u64,
 }
-
-/// Drops the kernel's cached pages and attributes of an inode; `false` if it could not.
-pub type Invalidate = Box<dyn Fn(u64) -> bool + Send + Sync>;
 
 /// Where an open file's data may be kept by the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +154,6 @@ impl Fs {
                 mtime: SystemTime::now(),
                 fetched: Instant::now(),
                 page_version: None,
-                cached_handles: 0,
             },
         );
         Fs {
@@ -180,7 +170,6 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             mounted_at: SystemTime::now(),
-            invalidate: std::sync::OnceLock::new(),
             stats: FsStats::default(),
         }
     }
@@ -217,7 +206,6 @@ impl Fs {
                         mtime: self.mounted_at,
                         fetched: Instant::now(),
                         page_version: None,
-                        cached_handles: 0,
                     },
                 );
                 ino
@@ -485,7 +473,6 @@ impl Fs {
                 handle,
                 ino,
                 ra: Mutex::new(Readahead::default()),
-                cached: !direct_io,
             }),
         );
         Ok(Opened {
@@ -568,48 +555,26 @@ impl Fs {
     }
 
     pub fn release(&self, fh: u64) {
-        let Some(f) = self.files.lock().unwrap().remove(&fh) else {
-            return;
-        };
-        if f.cached {
-            if let Some(n) = self.inodes.lock().unwrap().by_ino.get_mut(&f.ino) {
-                n.cached_handles -= 1;
-            }
-        }
-    }
-
-    /// The kernel hook that drops an inode's cached pages (set by the FUSE adapter
-    /// once mounted; without one, as in tests, there is no page cache to drop).
-    pub fn set_invalidator(&self, f: Invalidate) {
-        let _ = self.invalidate.set(f);
+        self.files.lock().unwrap().remove(&fh);
     }
 
     /// How a new handle on version `etag` of `ino` reads: `(keep_cache, direct_io)`.
+    ///
+    /// The first version opened owns the inode's page cache for the life of the
+    /// mount; any other version reads with direct I/O. Switching the cache to a
+    /// new version (kernel invalidation once no handle uses it) still let a rare
+    /// read mix versions under concurrent rewrites, so it is not done: a rewritten
+    /// file gives up the page cache, never consistency.
     fn page_cache_mode(&self, ino: u64, etag: &str) -> (bool, bool) {
-        let before = {
-            let mut t = self.inodes.lock().unwrap();
-            let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
-            if n.page_version.as_deref() == Some(etag) {
-                n.cached_handles += 1;
-                return (true, false);
-            }
-            if n.cached_handles > 0 {
-                // Another version is being read through the page cache.
-                return (false, true);
-            }
-            n.page_version.clone()
-        };
-        // Switch the cache to this version: the kernel drops what it holds first
-        // (outside the lock: the kernel may wait on reads this process answers).
-        let dropped = self.invalidate.get().is_none_or(|f| f(ino));
         let mut t = self.inodes.lock().unwrap();
         let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
-        if dropped && n.cached_handles == 0 && n.page_version == before {
-            n.page_version = Some(etag.to_owned());
-            n.cached_handles = 1;
-            (false, false)
-        } else {
-            (false, true)
+        match n.page_version.as_deref() {
+            Some(v) if v == etag => (true, false),
+            Some(_) => (false, true),
+            None => {
+                n.page_version = Some(etag.to_owned());
+                (false, false)
+            }
         }
     }
 
