@@ -176,7 +176,6 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     pub block_size: u64,
     pub revalidate_after: Duration,
-    pub list_ttl: Duration,
     pub shutdown_timeout: Duration,
     pub zone: Option<String>,
     /// Base domains for virtual-hosted requests (`bucket.DOMAIN/key`); path-style
@@ -692,7 +691,6 @@ impl Validator<'_> {
             revalidate_after: n
                 .revalidate_after
                 .map_or(defaults::REVALIDATE_AFTER, |d| d.0),
-            list_ttl: n.list_ttl.map_or(Duration::ZERO, |d| d.0),
             shutdown_timeout: n
                 .shutdown_timeout
                 .map_or(defaults::SHUTDOWN_TIMEOUT, |d| d.0),

@@ -101,7 +101,6 @@ pub struct RawNode {
     pub listen: Option<String>,
     pub block_size: Option<Size>,
     pub revalidate_after: Option<Dur>,
-    pub list_ttl: Option<Dur>,
     pub shutdown_timeout: Option<Dur>,
     pub zone: Option<String>,
     pub domains: Option<Vec<String>>,
