@@ -29,10 +29,12 @@ wait_file() {
   echo "timed out waiting for $1" >&2; return 1
 }
 
-# start_origin SEED_DIR: starts the test origin; sets $origin (host:port).
+# start_origin SEED_DIR [FLAGS...]: starts the test origin (FLAGS go to it, such
+# as its fault mode); sets $origin (host:port).
 start_origin() {
+  local seed=$1; shift
   "$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
-    --seed "$1" --addr-file "$work/origin.addr" 2>"$work/origin.log" &
+    --seed "$seed" --addr-file "$work/origin.addr" "$@" 2>"$work/origin.log" &
   pids+=($!)
   wait_file "$work/origin.addr"
   origin=$(cat "$work/origin.addr")
@@ -100,4 +102,23 @@ secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; t1=$(date
 wait_mounted() {
   for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.1; done
   echo "mount at $1 did not come up" >&2; return 1
+}
+
+# start_slow_cluster CLIENT_RAM: an origin seeded from $work/seed with S3-like
+# latency ($LATENCY_MS before the first byte, $BW bytes/s per connection), three
+# nodes, and two client configs: $work/direct.toml (origin only) and
+# $work/cluster.toml (through the nodes, with CLIENT_RAM of client RAM tier).
+start_slow_cluster() {
+  start_origin "$work/seed" --first-byte-delay-ms "$LATENCY_MS" --bandwidth "$BW"
+  local ids=() i list origin_toml
+  for i in 1 2 3; do start_node "n$i"; ids+=("\"$node\""); done
+  origin_toml="[origin]
+endpoint = \"http://$origin\"
+[origin.credentials]
+access_key_id = \"$ORIGIN_KEY\"
+secret_access_key_env = \"SHOAL_ORIGIN_SECRET_KEY\""
+  printf '%s\n[cache]\nram_size = "0"\n' "$origin_toml" >"$work/direct.toml"
+  list=$(IFS=,; echo "${ids[*]}")
+  printf '%s\n[cluster]\nnodes = [%s]\n[cluster.credentials]\naccess_key_id = "%s"\nsecret_access_key = "%s"\n[cache]\nram_size = "%s"\n' \
+    "$origin_toml" "$list" "$NODE_KEY" "$NODE_SECRET" "$1" >"$work/cluster.toml"
 }

@@ -21,23 +21,7 @@ for i in 1 2 3 4; do head -c "$((SIZE_MB / 4))M" /dev/urandom >"$work/seed/par/p
 head -c 4096000 /dev/urandom | split -b 4096 -a 3 -d - "$work/seed/small/f"
 (cd "$work/seed/many" && seq -f 'k%05g' 0 9999 | xargs touch)
 
-"$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
-  --seed "$work/seed" --addr-file "$work/origin.addr" \
-  --first-byte-delay-ms "$LATENCY_MS" --bandwidth "$BW" 2>"$work/origin.log" &
-pids+=($!)
-wait_file "$work/origin.addr"
-origin=$(cat "$work/origin.addr")
-ids=()
-for i in 1 2 3; do start_node "n$i"; ids+=("\"$node\""); done
-origin_toml="[origin]
-endpoint = \"http://$origin\"
-[origin.credentials]
-access_key_id = \"$ORIGIN_KEY\"
-secret_access_key_env = \"SHOAL_ORIGIN_SECRET_KEY\""
-printf '%s\n[cache]\nram_size = "0"\n' "$origin_toml" >"$work/direct.toml"
-list=$(IFS=,; echo "${ids[*]}")
-printf '%s\n[cluster]\nnodes = [%s]\n[cluster.credentials]\naccess_key_id = "%s"\nsecret_access_key = "%s"\n[cache]\nram_size = "256MiB"\n' \
-  "$origin_toml" "$list" "$NODE_KEY" "$NODE_SECRET" >"$work/cluster.toml"
+start_slow_cluster 256MiB
 
 mkdir -p "$work/shoal" "$work/null" "$work/rclone" "$work/s3fs"
 "$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/mount.log" bench "$work/shoal"

@@ -12,24 +12,7 @@ BW=${BW:-100000000}
 build
 mkdir -p "$work/seed"
 head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/obj.bin"
-"$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
-  --seed "$work/seed" --addr-file "$work/origin.addr" \
-  --first-byte-delay-ms "$LATENCY_MS" --bandwidth "$BW" 2>"$work/origin.log" &
-pids+=($!)
-wait_file "$work/origin.addr"
-origin=$(cat "$work/origin.addr")
-ids=()
-for i in 1 2 3; do start_node "n$i"; ids+=("\"$node\""); done
-
-origin_toml="[origin]
-endpoint = \"http://$origin\"
-[origin.credentials]
-access_key_id = \"$ORIGIN_KEY\"
-secret_access_key_env = \"SHOAL_ORIGIN_SECRET_KEY\""
-printf '%s\n[cache]\nram_size = "0"\n' "$origin_toml" >"$work/direct.toml"
-list=$(IFS=,; echo "${ids[*]}")
-printf '%s\n[cluster]\nnodes = [%s]\n[cluster.credentials]\naccess_key_id = "%s"\nsecret_access_key = "%s"\n[cache]\nram_size = "0"\n' \
-  "$origin_toml" "$list" "$NODE_KEY" "$NODE_SECRET" >"$work/cluster.toml"
+start_slow_cluster 0
 
 rate() { "$bin/examples/cluster_read" "$1" s3://bench/obj.bin 2>&1 | sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p'; }
 d=$(rate "$work/direct.toml")
