@@ -230,18 +230,7 @@ impl S3 for MemS3 {
                 max_keys,
             )
             .map_err(missing)?;
-        let contents: Vec<Object> = page
-            .objects
-            .iter()
-            .map(|(key, obj)| listed(key, obj))
-            .collect();
-        let common_prefixes: Vec<CommonPrefix> = page
-            .common_prefixes
-            .iter()
-            .map(|p| CommonPrefix {
-                prefix: Some(p.clone()),
-            })
-            .collect();
+        let (contents, common_prefixes) = listed_page(&page);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(input.bucket),
             prefix: Some(prefix),
@@ -298,18 +287,7 @@ impl S3 for MemS3 {
             )
             .map_err(missing)?;
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
-        let contents: Vec<Object> = page
-            .objects
-            .iter()
-            .map(|(key, obj)| listed(key, obj))
-            .collect();
-        let common_prefixes: Vec<CommonPrefix> = page
-            .common_prefixes
-            .iter()
-            .map(|p| CommonPrefix {
-                prefix: Some(p.clone()),
-            })
-            .collect();
+        let (contents, common_prefixes) = listed_page(&page);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: Some(prefix),
@@ -330,6 +308,23 @@ impl S3 for MemS3 {
             ..Default::default()
         }))
     }
+}
+
+/// A page's objects and common prefixes as S3 listing entries.
+fn listed_page(page: &crate::store::ListPage) -> (Vec<Object>, Vec<CommonPrefix>) {
+    let contents = page
+        .objects
+        .iter()
+        .map(|(key, obj)| listed(key, obj))
+        .collect();
+    let prefixes = page
+        .common_prefixes
+        .iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(p.clone()),
+        })
+        .collect();
+    (contents, prefixes)
 }
 
 /// One listing entry.
