@@ -4,6 +4,8 @@
 //! [`s3api`] the S3 operations on top of it, [`server`] the HTTP side. [`start`]
 //! builds all of it from a config, for the binary and for tests.
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod node;
 pub mod s3api;

@@ -64,6 +64,21 @@ fn read_only() -> s3s::S3Error {
     e
 }
 
+/// The bytes `range` asks of an object of `size` bytes, and its `Content-Range`.
+/// A range that selects nothing (any range of an empty object) is unsatisfiable.
+pub fn byte_span(range: &Range, size: u64) -> S3Result<(u64, u64, String)> {
+    match range.check(size) {
+        Ok(span) if span.start < span.end => {
+            let cr = format!("bytes {}-{}/{size}", span.start, span.end - 1);
+            Ok((span.start, span.end, cr))
+        }
+        _ => Err(s3_error!(
+            InvalidRange,
+            "The requested range is not satisfiable"
+        )),
+    }
+}
+
 struct Resolved {
     meta: shoal::s3::ObjectMeta,
     start: u64,
@@ -104,11 +119,8 @@ impl NodeApi {
         let (start, end, content_range) = match range {
             None => (0, meta.size, None),
             Some(r) => {
-                let span = r.check(meta.size).map_err(|_| {
-                    s3_error!(InvalidRange, "The requested range is not satisfiable")
-                })?;
-                let cr = format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size);
-                (span.start, span.end, Some(cr))
+                let (start, end, cr) = byte_span(&r, meta.size)?;
+                (start, end, Some(cr))
             }
         };
         Ok(Resolved {

@@ -1,6 +1,8 @@
 //! Chaos: a real mount over 4 real nodes and the real origin, readers checking every
-//! byte, while nodes are killed and restarted, paused and resumed, the origin
-//! throttles, cuts bodies and stalls, and objects are rewritten. Prints the figures;
+//! byte, while nodes are killed and restarted, paused and resumed, cut off the
+//! network (each node lives in its own network namespace behind a veth pair; a cut
+//! takes its end of the link down, so packets vanish instead of being refused), the
+//! origin throttles, cuts bodies and stalls, and objects are rewritten. Prints the figures;
 //! asserts no wrong byte, no failed read that the origin or a rewrite does not
 //! explain, and a bounded worst wait.
 //!
@@ -34,6 +36,7 @@ struct Figures {
     waits_us: Mutex<Vec<u64>>,
     kills: AtomicU64,
     pauses: AtomicU64,
+    cuts: AtomicU64,
     origin_faults: AtomicU64,
     rewrites: AtomicU64,
 }
@@ -60,11 +63,119 @@ impl Excuses {
 }
 
 fn free_port() -> u16 {
+    // Only the mount's metrics port: nodes listen on their own addresses.
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+fn ip(args: &str) -> bool {
+    std::process::Command::new("ip")
+        .args(args.split_whitespace())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A node's host: a network namespace joined to this one by a veth pair.
+struct Host {
+    ns: String,
+    /// The namespace's end of the pair; down = the host is cut off.
+    peer: String,
+    /// This side's address, where the node finds the origin.
+    near: String,
+    /// The node's address.
+    addr: String,
+}
+
+impl Host {
+    fn create(i: usize) -> Host {
+        let pid = std::process::id();
+        let net = 200 + pid % 50;
+        let ns = format!("shoalc-{pid}-{i}");
+        let (near_if, peer) = (
+            format!("shc{}h{i}", pid % 100_000),
+            format!("shc{}n{i}", pid % 100_000),
+        );
+        let (near, far) = (format!("10.{net}.{i}.1"), format!("10.{net}.{i}.2"));
+        let ok = ip(&format!("netns add {ns}"))
+            && ip(&format!("link add {near_if} type veth peer name {peer}"))
+            && ip(&format!("link set {peer} netns {ns}"))
+            && ip(&format!("addr add {near}/24 dev {near_if}"))
+            && ip(&format!("link set {near_if} up"))
+            && ip(&format!("-n {ns} addr add {far}/24 dev {peer}"))
+            && ip(&format!("-n {ns} link set {peer} up"))
+            && ip(&format!("-n {ns} link set lo up"));
+        assert!(
+            ok,
+            "cannot build network namespace {ns} (the chaos test runs as root, with iproute2)"
+        );
+        Host {
+            ns,
+            peer,
+            near,
+            addr: format!("{far}:9000"),
+        }
+    }
+
+    fn link(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        assert!(ip(&format!(
+            "-n {} link set {} {state}",
+            self.ns, self.peer
+        )));
+    }
+
+    /// Namespaces left by a run that died before cleaning up.
+    fn remove_stale() {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let ns = line.split_whitespace().next().unwrap_or("");
+            let Some(pid) = ns.strip_prefix("shoalc-").and_then(|r| r.split('-').next()) else {
+                continue;
+            };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(format!(
+                        "ip netns pids {ns} | xargs -r kill -9; ip netns del {ns}"
+                    ))
+                    .status();
+            }
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Deleting the namespace removes both ends of the pair once its processes are gone.
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ip netns pids {0} | xargs -r kill -9; ip netns del {0}",
+                self.ns
+            ))
+            .status();
+    }
+}
+
+/// The node processes, killed whatever way the test ends.
+struct Nodes(Mutex<Vec<std::process::Child>>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for n in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &n.id().to_string()])
+                .status();
+            let _ = n.kill();
+            let _ = n.wait();
+        }
+    }
 }
 
 fn rng(x: &mut u64) -> u64 {
@@ -85,40 +196,56 @@ async fn reads_stay_correct_through_chaos() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let rewrites = std::env::var("SHOAL_CHAOS_REWRITES").map_or(true, |v| v != "0");
-    let o = Arc::new(origin().await);
+    // The origin listens on every address, so nodes reach it from their namespaces.
+    let o = Arc::new(
+        shoal_testorigin::Origin::start(shoal_testorigin::OriginOptions {
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            ..Default::default()
+        })
+        .await
+        .unwrap(),
+    );
+    let origin_port = o.addr.port();
     let dir = tempfile::tempdir().unwrap();
 
-    // Nodes on fixed ports, so a restarted node is the same cluster member.
-    let mut node_cfgs = Vec::new();
-    for i in 0..4 {
-        let port = free_port();
-        let cfg = dir.path().join(format!("n{i}.toml"));
-        std::fs::write(
-            &cfg,
-            format!(
-                "{}[node]\nlisten = \"127.0.0.1:{port}\"\n[cache]\nram_size = \"64MiB\"\n[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
-                origin_toml(&o)
-            ),
-        )
-        .unwrap();
-        node_cfgs.push((cfg, format!("127.0.0.1:{port}")));
-    }
-    let spawn_node = |cfg: &std::path::Path| {
-        std::process::Command::new(node_bin())
+    Host::remove_stale();
+    let hosts: Vec<Host> = (0..4).map(Host::create).collect();
+    let node_cfgs: Vec<std::path::PathBuf> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let cfg = dir.path().join(format!("n{i}.toml"));
+            let origin = origin_toml(&o).replace(
+                &o.endpoint(),
+                &format!("http://{}:{origin_port}", h.near),
+            );
+            std::fs::write(
+                &cfg,
+                format!(
+                    "{origin}[node]\nlisten = \"{}\"\n[cache]\nram_size = \"64MiB\"\n[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
+                    h.addr
+                ),
+            )
+            .unwrap();
+            cfg
+        })
+        .collect();
+    let spawn_node = |i: usize| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &hosts[i].ns])
+            .arg(node_bin())
             .arg("--config")
-            .arg(cfg)
+            .arg(&node_cfgs[i])
             .env("RUST_LOG", "off")
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap()
     };
-    let nodes: Arc<Mutex<Vec<std::process::Child>>> = Arc::new(Mutex::new(
-        node_cfgs.iter().map(|(c, _)| spawn_node(c)).collect(),
-    ));
-    for (_, addr) in &node_cfgs {
+    let nodes = Arc::new(Nodes(Mutex::new((0..4).map(spawn_node).collect())));
+    for h in &hosts {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "node {addr} did not start");
+        while std::net::TcpStream::connect(&h.addr).is_err() {
+            assert!(Instant::now() < deadline, "node {} did not start", h.addr);
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -130,11 +257,13 @@ async fn reads_stay_correct_through_chaos() {
         o.put(BUCKET, &format!("chaos/f{i}"), b.clone());
         versions.lock().unwrap().push(vec![b]);
     }
-    let ids: Vec<String> = node_cfgs.iter().map(|(_, a)| format!("\"{a}\"")).collect();
+    let ids: Vec<String> = hosts.iter().map(|h| format!("\"{}\"", h.addr)).collect();
+    let mount_origin =
+        origin_toml(&o).replace(&o.endpoint(), &format!("http://127.0.0.1:{origin_port}"));
     let toml = format!(
         "{}[cluster]\nnodes = [{}]\nconnect_timeout = \"300ms\"\nfirst_byte_timeout = \"1s\"\nstall_timeout = \"1s\"\ndown_for = \"1s\"\n\
-         [cluster.credentials]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n[cache]\nram_size = \"32MiB\"\n",
-        origin_toml(&o),
+         [cluster.credentials]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n[cache]\nram_size = \"8MiB\"\n",
+        mount_origin,
         ids.join(", ")
     );
     let metrics_port = free_port();
@@ -166,7 +295,15 @@ async fn reads_stay_correct_through_chaos() {
                 let path = root.join(format!("f{file}"));
                 let start = Instant::now();
                 let outcome: std::io::Result<bool> = (|| {
-                    let mut f = std::fs::File::open(&path)?;
+                    // Most opens bypass the page cache (which would otherwise answer
+                    // nearly every read after the first pass and keep the nodes idle).
+                    let mut opts = std::fs::OpenOptions::new();
+                    opts.read(true);
+                    if !rng(&mut x).is_multiple_of(4) {
+                        use std::os::unix::fs::OpenOptionsExt;
+                        opts.custom_flags(libc::O_DIRECT);
+                    }
+                    let mut f = opts.open(&path)?;
                     if rng(&mut x).is_multiple_of(2) {
                         let mut all = Vec::new();
                         let t = Instant::now();
@@ -224,19 +361,19 @@ async fn reads_stay_correct_through_chaos() {
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200 + rng(&mut x) % 400)).await;
         let victim = (rng(&mut x) % 4) as usize;
-        match rng(&mut x) % 5 {
+        match rng(&mut x) % 6 {
             0 => {
                 {
-                    let mut n = nodes.lock().unwrap();
+                    let mut n = nodes.0.lock().unwrap();
                     let _ = n[victim].kill();
                     let _ = n[victim].wait();
                 }
                 figures.kills.fetch_add(1, Relaxed);
                 tokio::time::sleep(Duration::from_millis(300 + rng(&mut x) % 700)).await;
-                nodes.lock().unwrap()[victim] = spawn_node(&node_cfgs[victim].0);
+                nodes.0.lock().unwrap()[victim] = spawn_node(victim);
             }
             1 => {
-                let pid = nodes.lock().unwrap()[victim].id().to_string();
+                let pid = nodes.0.lock().unwrap()[victim].id().to_string();
                 std::process::Command::new("kill")
                     .args(["-STOP", &pid])
                     .status()
@@ -249,6 +386,12 @@ async fn reads_stay_correct_through_chaos() {
                     .unwrap();
             }
             2 => {
+                hosts[victim].link(false);
+                figures.cuts.fetch_add(1, Relaxed);
+                tokio::time::sleep(Duration::from_millis(500 + rng(&mut x) % 1500)).await;
+                hosts[victim].link(true);
+            }
+            3 => {
                 let s = match rng(&mut x) % 3 {
                     0 => FaultSettings {
                         slowdown_per_mille: 200,
@@ -289,10 +432,13 @@ async fn reads_stay_correct_through_chaos() {
     }
     stop.store(true, Relaxed);
     o.faults.clear();
-    for n in nodes.lock().unwrap().iter() {
+    for n in nodes.0.lock().unwrap().iter() {
         let _ = std::process::Command::new("kill")
             .args(["-CONT", &n.id().to_string()])
             .status();
+    }
+    for h in &hosts {
+        h.link(true);
     }
     for t in reader_threads {
         tokio::task::spawn_blocking(move || t.join().unwrap())
@@ -300,11 +446,6 @@ async fn reads_stay_correct_through_chaos() {
             .unwrap();
     }
     let metrics = sh_ok(&format!("curl -s http://127.0.0.1:{metrics_port}/metrics")).await;
-    for n in nodes.lock().unwrap().iter_mut() {
-        let _ = n.kill();
-        let _ = n.wait();
-    }
-
     let f = &*figures;
     let mut waits = f.waits_us.lock().unwrap().clone();
     waits.sort_unstable();
@@ -341,7 +482,7 @@ async fn reads_stay_correct_through_chaos() {
     };
     eprintln!(
         "chaos {seconds}s, {readers} readers: reads {} failed {failed} (origin or rewrite {excused}, ours {}) wrong {}; \
-         wait max {:.1} ms p99.9 {:.1} ms; kills {} pauses {} origin faults {} rewrites {}; fallbacks {} ; {hedges}",
+         wait max {:.1} ms p99.9 {:.1} ms; kills {} pauses {} cuts {} origin faults {} rewrites {}; fallbacks {} ; {hedges}",
         f.reads.load(Relaxed),
         failed - excused,
         f.wrong.load(Relaxed),
@@ -349,6 +490,7 @@ async fn reads_stay_correct_through_chaos() {
         pct(0.999) as f64 / 1e3,
         f.kills.load(Relaxed),
         f.pauses.load(Relaxed),
+        f.cuts.load(Relaxed),
         f.origin_faults.load(Relaxed),
         f.rewrites.load(Relaxed),
         fallbacks.join(" "),

@@ -60,6 +60,27 @@ pub fn encode_header(key: &BlockKey, data: &[u8]) -> Vec<u8> {
     h
 }
 
+/// The data of a whole block file, if the file is `key`'s block and intact. Never
+/// panics, whatever the bytes.
+pub fn decode_block<'a>(buf: &'a [u8], key: &BlockKey) -> Result<&'a [u8], String> {
+    let h = decode_header(buf)?;
+    if &h.key != key {
+        return Err("file holds another block".into());
+    }
+    let data = &buf[h.header_len..];
+    if data.len() as u64 != h.data_len {
+        return Err(format!(
+            "data is {} bytes, header says {}",
+            data.len(),
+            h.data_len
+        ));
+    }
+    if xxh3_64(data) != h.checksum {
+        return Err("checksum mismatch".into());
+    }
+    Ok(data)
+}
+
 /// Decodes a header from the start of `buf`. Never panics, whatever the bytes.
 pub fn decode_header(buf: &[u8]) -> Result<Header, String> {
     if buf.len() < FIXED {
@@ -238,21 +259,7 @@ impl DiskTier {
 
     fn read_verified(&self, key: &BlockKey) -> Result<Bytes, String> {
         let buf = fs::read(self.path_of(key)).map_err(|e| e.to_string())?;
-        let h = decode_header(&buf)?;
-        if &h.key != key {
-            return Err("file holds another block".into());
-        }
-        let data = &buf[h.header_len..];
-        if data.len() as u64 != h.data_len {
-            return Err(format!(
-                "data is {} bytes, header says {}",
-                data.len(),
-                h.data_len
-            ));
-        }
-        if xxh3_64(data) != h.checksum {
-            return Err("checksum mismatch".into());
-        }
+        let data = decode_block(&buf, key)?;
         Ok(Bytes::copy_from_slice(data))
     }
 

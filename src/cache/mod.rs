@@ -14,7 +14,7 @@ mod ram;
 use bytes::Bytes;
 
 pub use coalesce::{Coalescer, Joined};
-pub use disk::{DiskStats, DiskTier};
+pub use disk::{decode_block, decode_header, encode_header, DiskStats, DiskTier, Header};
 pub use key::BlockKey;
 pub use ram::RamTier;
 

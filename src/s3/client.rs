@@ -685,7 +685,7 @@ fn meta_from_headers(h: &HeaderMap, endpoint: &str) -> Result<(ObjectMeta, u64, 
 }
 
 /// `bytes a-b/total` as `(a, b + 1, total)`.
-pub(crate) fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+pub fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (range, total) = rest.split_once('/')?;
     let (a, b) = range.split_once('-')?;

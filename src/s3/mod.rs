@@ -22,6 +22,16 @@ pub use encode::key_problem;
 pub use error::{Deadline, S3Error};
 pub use sign::{Payload, Signer};
 
+/// The parsers of what an S3 server sends back, public so that the fuzz targets
+/// reach exactly the code the client runs.
+pub mod parse {
+    pub use super::client::parse_content_range as content_range;
+    pub use super::xml::{
+        parse_error as error_body, parse_list as list_objects, CommonPrefix, Contents, ErrorBody,
+        ListBucketResult,
+    };
+}
+
 /// A body as it arrives.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, S3Error>> + Send>>;
 

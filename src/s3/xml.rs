@@ -4,12 +4,12 @@ use serde::Deserialize;
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(rename_all = "PascalCase", default)]
-pub(crate) struct ErrorBody {
+pub struct ErrorBody {
     pub code: Option<String>,
     pub message: Option<String>,
 }
 
-pub(crate) fn parse_error(body: &[u8]) -> ErrorBody {
+pub fn parse_error(body: &[u8]) -> ErrorBody {
     std::str::from_utf8(body)
         .ok()
         .and_then(|s| quick_xml::de::from_str::<ErrorBody>(s).ok())
@@ -18,7 +18,7 @@ pub(crate) fn parse_error(body: &[u8]) -> ErrorBody {
 
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "PascalCase")]
-pub(crate) struct ListBucketResult {
+pub struct ListBucketResult {
     #[serde(default)]
     pub contents: Vec<Contents>,
     #[serde(default)]
@@ -30,7 +30,7 @@ pub(crate) struct ListBucketResult {
 
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "PascalCase")]
-pub(crate) struct Contents {
+pub struct Contents {
     pub key: String,
     pub size: u64,
     #[serde(rename = "ETag")]
@@ -40,11 +40,11 @@ pub(crate) struct Contents {
 
 #[derive(Deserialize, Debug)]
 #[serde(rename_all = "PascalCase")]
-pub(crate) struct CommonPrefix {
+pub struct CommonPrefix {
     pub prefix: String,
 }
 
-pub(crate) fn parse_list(body: &[u8]) -> Result<ListBucketResult, String> {
+pub fn parse_list(body: &[u8]) -> Result<ListBucketResult, String> {
     let s = std::str::from_utf8(body).map_err(|e| format!("listing is not UTF-8: {e}"))?;
     quick_xml::de::from_str(s).map_err(|e| format!("listing XML: {e}"))
 }

@@ -1,0 +1,55 @@
+//! Replays every input kept in `fuzz/corpus/<target>/` (seeds, what the fuzzers
+//! found interesting, and every crash they ever found, kept as regressions) through
+//! the same entry points the fuzz targets call. A panic is a failure.
+
+use std::path::PathBuf;
+
+fn replay(target: &str, run: fn(&[u8])) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target);
+    let mut n = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let data = std::fs::read(&path).unwrap();
+        let r = std::panic::catch_unwind(|| run(&data));
+        assert!(r.is_ok(), "{target}: {} panicked", path.display());
+        n += 1;
+    }
+    assert!(n >= 3, "{target}: only {n} inputs in {}", dir.display());
+    println!("{target}: {n} inputs replayed");
+}
+
+#[test]
+fn range() {
+    replay("range", shoal_node::fuzzing::range);
+}
+
+#[test]
+fn disk_block() {
+    replay("disk_block", shoal_node::fuzzing::disk_block);
+}
+
+#[test]
+fn config() {
+    replay("config", shoal_node::fuzzing::config);
+}
+
+#[test]
+fn list_xml() {
+    replay("list_xml", shoal_node::fuzzing::list_xml);
+}
+
+#[test]
+fn request() {
+    replay("request", shoal_node::fuzzing::request);
+}
+
+#[test]
+fn sigv4() {
+    replay("sigv4", shoal_node::fuzzing::sigv4);
+}
