@@ -37,6 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ReaderOptions {
             ram_bytes: cfg.cache.ram_size,
             max_inflight_blocks: None,
+            queue_wait: None,
         },
     );
 

@@ -1,15 +1,22 @@
 //! `shoal-node`: an S3-compatible cache node.
 //!
-//! [`node`] is the read path (versions, tiers, coalesced origin fetches),
-//! [`s3api`] the S3 operations on top of it, [`server`] the HTTP side. [`start`]
-//! builds all of it from a config, for the binary and for tests.
+//! [`node`] is the read path (versions, tiers, coalesced fetches from the origin or,
+//! on a gateway, from each block's owner), [`s3api`] the S3 operations on top of it,
+//! [`server`] the HTTP side. [`rules`] decide what is cached, [`passthrough`] serves
+//! what is not, [`writes`] forwards a gateway's writes, [`fanout`] passes
+//! invalidations on to the other nodes. [`build`] makes all of it from a config,
+//! for the binary and for tests.
 
+pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
 pub mod node;
+pub mod passthrough;
+pub mod rules;
 pub mod s3api;
 pub mod server;
+pub mod writes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,13 +51,47 @@ pub fn build(
         }
         _ => None,
     };
+    // A node with a [cluster] reaches the other nodes: a gateway's misses (strong
+    // mode), warming after writes, and invalidations (both modes).
+    let reader = cfg.cluster().map(|c| {
+        let mut c = c.clone();
+        if c.zone.is_none() {
+            c.zone = node_cfg.zone.clone();
+        }
+        shoal::cluster::ClusterReader::new(
+            origin.clone(),
+            Some(&c),
+            shoal::cluster::ReaderOptions {
+                // Blocks land in this node's own tiers; the reader only needs room
+                // for the cluster blocks a read is cut from.
+                ram_bytes: c.block_size * c.read_window as u64,
+                max_inflight_blocks: Some(c.peer_concurrency),
+                queue_wait: Some(c.peer_queue_wait),
+            },
+        )
+    });
+    let upstream = match (cfg.cluster(), &reader) {
+        (Some(c), Some(r)) if c.mode == shoal::config::ClusterMode::Strong => {
+            Some(node::Upstream {
+                reader: r.clone(),
+                hop_limit: c.hop_limit,
+            })
+        }
+        _ => None,
+    };
+    if cfg.gateway.writes && cfg.cluster().is_none() {
+        tracing::info!("[gateway] writes = true on a node without [cluster]: writes are forwarded, invalidations stay on this node");
+    }
     let node = node::Node::new(
         origin,
         node::NodeOptions {
             block_size: node_cfg.block_size,
             revalidate_after: node_cfg.revalidate_after,
+            max_age: node_cfg.max_age,
             ram_bytes: cfg.cache.ram_size,
             disk: disk.clone(),
+            rules: rules::Rules::new(cfg.rules.clone(), node_cfg.block_size),
+            upstream,
         },
     )
     .map_err(|e| match &disk {
@@ -58,7 +99,36 @@ pub fn build(
         None => e.to_string(),
     })?;
     let node = Arc::new(node);
-    let mut builder = s3s::service::S3ServiceBuilder::new(s3api::NodeApi { node: node.clone() });
+    let listen = over.listen.unwrap_or(node_cfg.listen);
+    // Invalidations skip this node itself when its address names it.
+    let self_id = (!listen.ip().is_unspecified()).then(|| listen.to_string());
+    let fanout = cfg
+        .cluster()
+        .map(|c| Arc::new(fanout::Fanout::start(node.clone(), c, self_id)));
+    let writes = cfg.gateway.writes.then(|| writes::Writes {
+        warm: if cfg.gateway.warm_on_write {
+            reader.clone()
+        } else {
+            None
+        },
+    });
+    if cfg.gateway.warm_on_write && reader.is_none() {
+        return Err(format!(
+            "{}: gateway.warm_on_write needs a [cluster] whose owners fetch the blocks",
+            cfg.file
+        ));
+    }
+    if cfg.gateway.warm_on_write && !cfg.gateway.writes {
+        return Err(format!(
+            "{}: gateway.warm_on_write needs gateway.writes = true",
+            cfg.file
+        ));
+    }
+    let mut builder = s3s::service::S3ServiceBuilder::new(s3api::NodeApi {
+        node: node.clone(),
+        fanout: fanout.clone(),
+        writes,
+    });
     let open = match auth {
         AuthConfig::None => {
             tracing::warn!("AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who can reach this node can read what it caches and what the origin credentials allow");
@@ -73,17 +143,11 @@ pub fn build(
             false
         }
     };
-    builder.set_route(s3api::PurgeRoute {
-        node: node.clone(),
-        open,
-    });
-    if !node_cfg.domains.is_empty() {
-        let host = s3s::host::MultiDomain::new(&node_cfg.domains)
-            .map_err(|e| format!("{}: node.domains: {e}", cfg.file))?;
-        builder.set_host(host);
-    }
     let mut registry = prometheus_client::registry::Registry::default();
     node.metrics.register(&mut registry);
+    if let Some(r) = &reader {
+        r.metrics.register(&mut registry);
+    }
     let tls = match &cfg.tls {
         Some(t) => Some(tls_acceptor(&t.cert, &t.key)?),
         None => None,

@@ -66,11 +66,94 @@ pub struct Metrics {
     /// Blocks found on disk at start, and leftover or unreadable files removed.
     pub disk_blocks_at_start: Gauge,
     pub disk_files_removed_at_start: Gauge,
+    /// Requests passed through to the origin uncached because of the rules.
+    pub uncached_requests: Counter,
+    /// Objects whose cached blocks expired under a rule's `ttl`.
+    pub expired: Counter,
+    /// Requests that arrived from another node (carrying a hop count).
+    pub hop_requests: Counter,
+    /// Misses a gateway did not forward because the request was at its hop limit.
+    pub hop_limited: Counter,
+    /// Blocks a gateway fetched through the cluster, and their bytes.
+    pub cluster_fetches: Counter,
+    pub cluster_bytes: Counter,
+    /// Invalidations applied here, by where they came from (local, fanout).
+    pub invalidations: Family<KindLabel, Counter>,
+    /// Invalidation batches sent to other nodes, by result (ok, failed).
+    pub fanout_batches: Family<KindLabel, Counter>,
+    /// Invalidations waiting to be sent.
+    pub fanout_queued: Gauge,
+    /// Writes forwarded to the origin, by kind (put, delete, multipart, ...).
+    pub writes: Family<KindLabel, Counter>,
+    /// Blocks warmed on their owners after a PUT, by result (ok, failed).
+    pub warmed_blocks: Family<KindLabel, Counter>,
+    /// PUTs whose warming finished (all blocks tried).
+    pub warms_done: Counter,
 }
 
 impl Metrics {
     pub fn register(&self, r: &mut Registry) {
         let p = r.sub_registry_with_prefix("shoal_node");
+        p.register(
+            "uncached_requests",
+            "Requests passed through to the origin uncached (rules)",
+            self.uncached_requests.clone(),
+        );
+        p.register(
+            "expired_objects",
+            "Objects whose cached blocks expired under a rule's ttl",
+            self.expired.clone(),
+        );
+        p.register(
+            "hop_requests",
+            "Requests that arrived from another node",
+            self.hop_requests.clone(),
+        );
+        p.register(
+            "hop_limited",
+            "Misses not forwarded because the request was at the hop limit",
+            self.hop_limited.clone(),
+        );
+        p.register(
+            "cluster_fetches",
+            "Blocks fetched through the cluster (gateway misses)",
+            self.cluster_fetches.clone(),
+        );
+        p.register(
+            "cluster_bytes",
+            "Bytes fetched through the cluster (gateway misses)",
+            self.cluster_bytes.clone(),
+        );
+        p.register(
+            "invalidations",
+            "Invalidations applied, by source (local, fanout)",
+            self.invalidations.clone(),
+        );
+        p.register(
+            "fanout_batches",
+            "Invalidation batches sent to other nodes, by result",
+            self.fanout_batches.clone(),
+        );
+        p.register(
+            "fanout_queued",
+            "Invalidations waiting to be sent",
+            self.fanout_queued.clone(),
+        );
+        p.register(
+            "writes",
+            "Writes forwarded to the origin, by kind",
+            self.writes.clone(),
+        );
+        p.register(
+            "warmed_blocks",
+            "Blocks warmed on their owners after a write, by result",
+            self.warmed_blocks.clone(),
+        );
+        p.register(
+            "warms_done",
+            "Writes whose warming finished",
+            self.warms_done.clone(),
+        );
         self.build_info
             .get_or_create(&VersionLabel {
                 version: env!("CARGO_PKG_VERSION"),

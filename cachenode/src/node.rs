@@ -12,9 +12,22 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::{stream, Stream, StreamExt};
 use shoal::cache::{BlockCache, BlockKey, Coalescer, DiskTier, Joined, NoCache, RamTier};
+use shoal::cluster::ClusterReader;
 use shoal::s3::{ByteRange, GetObject, ObjectMeta, S3Client, S3Error};
 
 use crate::metrics::{self, KindLabel, Metrics};
+use crate::rules::{Policy, Rules};
+
+/// One block wanted: of which version, cut at which size, and (if known) the
+/// object's size.
+struct Want {
+    bucket: String,
+    key: String,
+    etag: String,
+    index: u64,
+    bs: u64,
+    size: Option<u64>,
+}
 
 /// Blocks fetched ahead of the one being sent.
 const PREFETCH: usize = 4;
@@ -26,8 +39,26 @@ const META_ENTRIES: usize = 100_000;
 pub struct NodeOptions {
     pub block_size: u64,
     pub revalidate_after: Duration,
+    pub max_age: Duration,
     pub ram_bytes: u64,
     pub disk: Option<(std::path::PathBuf, u64)>,
+    pub rules: Rules,
+    /// A gateway's cluster: misses go to owners through it.
+    pub upstream: Option<Upstream>,
+}
+
+/// Where a gateway sends its misses: each block's owner, through the cluster reader
+/// (with its failover, hedging, breaker and origin fallback).
+pub struct Upstream {
+    pub reader: Arc<ClusterReader>,
+    /// Requests that already passed this many nodes are never forwarded again.
+    pub hop_limit: u32,
+}
+
+/// A request as it arrived: how many nodes it passed through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Via {
+    pub hop: u32,
 }
 
 pub struct Node {
@@ -35,12 +66,24 @@ pub struct Node {
     ram: Arc<dyn BlockCache>,
     disk: Arc<dyn BlockCache>,
     disk_tier: Option<Arc<DiskTier>>,
-    blocks: Coalescer<BlockKey, (Bytes, ObjectMeta)>,
-    heads: Coalescer<(String, String, Option<String>), ObjectMeta>,
+    /// Keyed by block and by whether the fetch goes upstream, so that a forwarded
+    /// request that comes back to this node never waits on its own forward.
+    blocks: Coalescer<(BlockKey, bool), (Bytes, ObjectMeta)>,
+    heads: Coalescer<(String, String, Option<String>, bool), ObjectMeta>,
     metas: Mutex<HashMap<(String, String), (ObjectMeta, Instant)>>,
     block_size: u64,
     revalidate_after: Duration,
+    max_age: Duration,
+    rules: Rules,
+    upstream: Option<Upstream>,
     pub metrics: Metrics,
+}
+
+/// The cache key of a block. The block size is part of the identity: a node
+/// restarted with another `block_size`, or a rule giving some keys their own, must
+/// never take a block cut to another size for its own.
+fn block_key(bucket: &str, key: &str, etag: &str, index: u64, bs: u64) -> BlockKey {
+    BlockKey::new(bucket, key, &format!("{etag}\u{0}{bs}"), index)
 }
 
 impl Node {
@@ -83,8 +126,58 @@ impl Node {
             metas: Mutex::new(HashMap::new()),
             block_size: o.block_size,
             revalidate_after: o.revalidate_after,
+            max_age: o.max_age,
+            rules: o.rules,
+            upstream: o.upstream,
             metrics,
         })
+    }
+
+    /// What the rules say of `bucket/key`.
+    pub fn policy(&self, bucket: &str, key: &str) -> Policy {
+        self.rules.policy(bucket, key)
+    }
+
+    /// Whether a request that came `via` goes to the cluster on a miss.
+    fn forwards(&self, via: Via) -> bool {
+        match &self.upstream {
+            Some(u) if via.hop < u.hop_limit => true,
+            Some(_) => {
+                self.metrics.hop_limited.inc();
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// What is known of an object, if it may still be used: a rule's `ttl` expires
+    /// it (blocks too), `max_age` bounds how long any version is trusted.
+    async fn known_fresh(
+        &self,
+        bucket: &str,
+        key: &str,
+        policy: &Policy,
+    ) -> Option<(ObjectMeta, Duration)> {
+        let id = (bucket.to_owned(), key.to_owned());
+        let (meta, at) = self.metas.lock().unwrap().get(&id).cloned()?;
+        let age = at.elapsed();
+        if policy.ttl.is_some_and(|ttl| age >= ttl) {
+            self.metrics.expired.inc();
+            self.purge_object(bucket, key).await;
+            return None;
+        }
+        (age < self.max_age).then_some((meta, age))
+    }
+
+    fn remember(&self, bucket: &str, key: &str, meta: &ObjectMeta) {
+        let mut metas = self.metas.lock().unwrap();
+        if metas.len() >= META_ENTRIES {
+            metas.clear();
+        }
+        metas.insert(
+            (bucket.to_owned(), key.to_owned()),
+            (meta.clone(), Instant::now()),
+        );
     }
 
     pub fn origin(&self) -> &S3Client {
@@ -92,22 +185,25 @@ impl Node {
     }
 
     /// The version to serve: the one named by `if_match`, or the latest one known
-    /// within `revalidate_after`, else whatever the origin says now.
+    /// within `revalidate_after`, else whatever the origin (or, on a gateway, the
+    /// block's owner) says now.
     pub async fn resolve(
         &self,
         bucket: &str,
         key: &str,
         if_match: Option<&str>,
+        via: Via,
     ) -> Result<ObjectMeta, S3Error> {
-        let id = (bucket.to_owned(), key.to_owned());
-        if let Some((meta, at)) = self.metas.lock().unwrap().get(&id) {
+        let policy = self.policy(bucket, key);
+        if let Some((meta, age)) = self.known_fresh(bucket, key, &policy).await {
             match if_match {
                 // A version is immutable: a known ETag needs no revalidation.
-                Some(e) if e == meta.etag => return Ok(meta.clone()),
-                None if at.elapsed() < self.revalidate_after => return Ok(meta.clone()),
+                Some(e) if e == meta.etag => return Ok(meta),
+                None if age < self.revalidate_after => return Ok(meta),
                 _ => {}
             }
         }
+        let forward = self.forwards(via);
         let origin = self.origin.clone();
         let (b, k, m) = (
             bucket.to_owned(),
@@ -116,23 +212,44 @@ impl Node {
         );
         self.metrics
             .origin_requests
-            .get_or_create(&KindLabel { kind: "head" })
+            .get_or_create(&KindLabel {
+                kind: if forward { "cluster_head" } else { "head" },
+            })
             .inc();
+        let upstream = self.upstream.as_ref().map(|u| u.reader.clone());
         let (r, _) = self
             .heads
-            .run((b.clone(), k.clone(), m.clone()), async move {
-                let mut req = GetObject::new(b, k);
-                req.if_match = m;
-                origin.head_object(&req).await
+            .run((b.clone(), k.clone(), m.clone(), forward), async move {
+                match upstream {
+                    // The owner of block 0 knows the version (and keeps block 0).
+                    Some(reader) if forward => reader
+                        .open_forwarded(&b, &k, None, m.as_deref(), via.hop)
+                        .await
+                        .map(|h| h.meta().clone()),
+                    _ => {
+                        let mut req = GetObject::new(b, k);
+                        req.if_match = m;
+                        origin.head_object(&req).await
+                    }
+                }
             })
             .await;
-        let meta = r?;
-        let mut metas = self.metas.lock().unwrap();
-        if metas.len() >= META_ENTRIES {
-            metas.clear();
+        match r {
+            Ok(meta) => {
+                self.remember(bucket, key, &meta);
+                Ok(meta)
+            }
+            Err(e) => {
+                if matches!(
+                    e.cause(),
+                    S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
+                ) {
+                    // What is cached of this object is of a version that is gone.
+                    self.purge_object(bucket, key).await;
+                }
+                Err(e)
+            }
         }
-        metas.insert(id, (meta.clone(), Instant::now()));
-        Ok(meta)
     }
 
     /// Whether every node block of `start..end` is in RAM or on disk now.
@@ -147,9 +264,13 @@ impl Node {
         if end <= start {
             return true;
         }
-        let bs = self.block_size;
+        let policy = self.policy(bucket, key);
+        if !policy.cache {
+            return false;
+        }
+        let bs = policy.block_size;
         for i in start / bs..=(end - 1) / bs {
-            let bk = BlockKey::new(bucket, key, &meta.etag, i);
+            let bk = block_key(bucket, key, &meta.etag, i, bs);
             if self.ram.get(&bk).is_some() {
                 continue;
             }
@@ -174,41 +295,42 @@ impl Node {
         key: &str,
         etag: &str,
         index: u64,
+        via: Via,
     ) -> Result<ObjectMeta, S3Error> {
-        if let Some((meta, _)) = self
-            .metas
-            .lock()
-            .unwrap()
-            .get(&(bucket.to_owned(), key.to_owned()))
-        {
+        let policy = self.policy(bucket, key);
+        if let Some((meta, _)) = self.known_fresh(bucket, key, &policy).await {
             if meta.etag == etag {
-                return Ok(meta.clone());
+                return Ok(meta);
             }
         }
-        let bk = BlockKey::new(bucket, key, etag, index);
+        if !policy.cache || self.upstream.is_some() {
+            return self.resolve(bucket, key, Some(etag), via).await;
+        }
+        let bk = block_key(bucket, key, etag, index, policy.block_size);
         let me = self.clone();
-        let bk2 = bk.clone();
-        let fetch = async move { me.fetch_from_origin(bk2, None).await };
-        match self.blocks.run(bk, fetch).await.0 {
+        let want = Want {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            etag: etag.to_owned(),
+            index,
+            bs: policy.block_size,
+            size: None,
+        };
+        let fetch = async move { me.fetch_from_origin(bk.clone(), want).await };
+        let bk = block_key(bucket, key, etag, index, policy.block_size);
+        match self.blocks.run((bk, false), fetch).await.0 {
             Ok((_, meta)) => {
-                let mut metas = self.metas.lock().unwrap();
-                if metas.len() >= META_ENTRIES {
-                    metas.clear();
-                }
-                metas.insert(
-                    (bucket.to_owned(), key.to_owned()),
-                    (meta.clone(), Instant::now()),
-                );
+                self.remember(bucket, key, &meta);
                 Ok(meta)
             }
             // Past the end (or an empty object): the HEAD path answers exactly.
-            Err(S3Error::InvalidRange { .. }) => self.resolve(bucket, key, Some(etag)).await,
+            Err(S3Error::InvalidRange { .. }) => self.resolve(bucket, key, Some(etag), via).await,
             Err(e) => {
                 if matches!(
                     e.cause(),
                     S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
                 ) {
-                    self.forget_meta(bucket, key);
+                    self.purge_object(bucket, key).await;
                 }
                 Err(e)
             }
@@ -218,8 +340,8 @@ impl Node {
     /// The version `etag` of an object, if this node knows it already.
     pub fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<ObjectMeta> {
         let metas = self.metas.lock().unwrap();
-        let (meta, _) = metas.get(&(bucket.to_owned(), key.to_owned()))?;
-        (meta.etag == etag).then(|| meta.clone())
+        let (meta, at) = metas.get(&(bucket.to_owned(), key.to_owned()))?;
+        (meta.etag == etag && at.elapsed() < self.max_age).then(|| meta.clone())
     }
 
     pub fn block_size(&self) -> u64 {
@@ -241,8 +363,10 @@ impl Node {
         key: &str,
         meta: &ObjectMeta,
         index: u64,
+        bs: u64,
+        via: Via,
     ) -> Result<Bytes, S3Error> {
-        let bk = BlockKey::new(bucket, key, &meta.etag, index);
+        let bk = block_key(bucket, key, &meta.etag, index, bs);
         if let Some(b) = self.ram.get(&bk) {
             self.metrics.hits.get_or_create(&metrics::RAM).inc();
             self.metrics
@@ -265,13 +389,29 @@ impl Node {
             }
             self.metrics.misses.get_or_create(&metrics::DISK).inc();
         }
+        let forward = self.forwards(via);
         let mut tries = 0;
         loop {
             tries += 1;
             let me = self.clone();
-            let (bk2, size) = (bk.clone(), meta.size);
-            let fut = async move { me.fetch_from_origin(bk2, Some(size)).await };
-            let joined = tokio::time::timeout(WAIT_LIMIT, self.blocks.run(bk.clone(), fut)).await;
+            let want = Want {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                etag: meta.etag.clone(),
+                index,
+                bs,
+                size: Some(meta.size),
+            };
+            let (bk2, meta2) = (bk.clone(), meta.clone());
+            let fut = async move {
+                if forward {
+                    me.fetch_from_cluster(bk2, want, meta2, via).await
+                } else {
+                    me.fetch_from_origin(bk2, want).await
+                }
+            };
+            let joined =
+                tokio::time::timeout(WAIT_LIMIT, self.blocks.run((bk.clone(), forward), fut)).await;
             let (r, how) = joined.map_err(|_| S3Error::Timeout {
                 endpoint: self.origin.endpoint().to_owned(),
                 deadline: shoal::s3::Deadline::FirstByte,
@@ -295,7 +435,7 @@ impl Node {
                         e.cause(),
                         S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
                     ) {
-                        self.forget_meta(bucket, key);
+                        self.purge_object(bucket, key).await;
                     }
                     return Err(e);
                 }
@@ -304,20 +444,20 @@ impl Node {
     }
 
     /// One node block from the origin with `If-Match`, kept in both tiers. Without
-    /// the object's size (`None`) the range is open-ended past the block and the
-    /// answer's `Content-Range` says how long the object is.
+    /// the object's size the range is open-ended past the block and the answer's
+    /// `Content-Range` says how long the object is.
     async fn fetch_from_origin(
         self: Arc<Self>,
         bk: BlockKey,
-        size: Option<u64>,
+        w: Want,
     ) -> Result<(Bytes, ObjectMeta), S3Error> {
-        let start = bk.index * self.block_size;
-        let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
-        req.range = Some(match size {
-            Some(size) => ByteRange::span(start, (start + self.block_size).min(size)),
+        let start = w.index * w.bs;
+        let mut req = GetObject::new(&*w.bucket, &*w.key).if_match(&*w.etag);
+        req.range = Some(match w.size {
+            Some(size) => ByteRange::span(start, (start + w.bs).min(size)),
             None => ByteRange::From {
                 first: start,
-                last: Some(start + self.block_size - 1),
+                last: Some(start + w.bs - 1),
             },
         });
         self.metrics
@@ -325,28 +465,65 @@ impl Node {
             .get_or_create(&KindLabel { kind: "block" })
             .inc();
         let (meta, data) = self.origin.get_bytes(&req).await?;
-        let want = (start + self.block_size)
-            .min(meta.size)
-            .saturating_sub(start);
-        if data.len() as u64 != want || meta.etag != *bk.etag {
+        self.check_block(&w, &meta, &data)?;
+        self.metrics.origin_bytes.inc_by(data.len() as u64);
+        self.keep(bk, &w, data.clone()).await;
+        Ok((data, meta))
+    }
+
+    /// One node block from its owner through the cluster (a gateway's miss).
+    async fn fetch_from_cluster(
+        self: Arc<Self>,
+        bk: BlockKey,
+        w: Want,
+        meta: ObjectMeta,
+        via: Via,
+    ) -> Result<(Bytes, ObjectMeta), S3Error> {
+        let up = self
+            .upstream
+            .as_ref()
+            .expect("forwarding needs an upstream");
+        self.metrics.cluster_fetches.inc();
+        let start = w.index * w.bs;
+        let h = up
+            .reader
+            .open_forwarded(&w.bucket, &w.key, Some(meta.clone()), None, via.hop)
+            .await?;
+        let data = h.read(start, w.bs).await?;
+        self.check_block(&w, &meta, &data)?;
+        self.metrics.cluster_bytes.inc_by(data.len() as u64);
+        self.keep(bk, &w, data.clone()).await;
+        Ok((data, meta))
+    }
+
+    fn check_block(&self, w: &Want, meta: &ObjectMeta, data: &Bytes) -> Result<(), S3Error> {
+        let start = w.index * w.bs;
+        let want = (start + w.bs).min(meta.size).saturating_sub(start);
+        if data.len() as u64 != want || meta.etag != w.etag {
             return Err(S3Error::Protocol {
                 endpoint: self.origin.endpoint().to_owned(),
                 message: format!(
                     "block {} came back with {} bytes of {:?}, not {want} of {:?}",
-                    bk.index,
+                    w.index,
                     data.len(),
                     meta.etag,
-                    bk.etag
+                    w.etag
                 ),
             });
         }
-        self.metrics.origin_bytes.inc_by(data.len() as u64);
+        Ok(())
+    }
+
+    /// Keeps a fetched block in both tiers, unless its key is not to be cached.
+    async fn keep(&self, bk: BlockKey, w: &Want, data: Bytes) {
+        if !self.policy(&w.bucket, &w.key).cache {
+            return;
+        }
         self.ram.insert(bk.clone(), data.clone());
         if self.disk_tier.is_some() {
-            let (disk, d2) = (self.disk.clone(), data.clone());
-            let _ = tokio::task::spawn_blocking(move || disk.insert(bk, d2)).await;
+            let disk = self.disk.clone();
+            let _ = tokio::task::spawn_blocking(move || disk.insert(bk, data)).await;
         }
-        Ok((data, meta))
     }
 
     /// Bytes `start..end` of `meta`'s version as a stream of slices of whole blocks.
@@ -359,15 +536,16 @@ impl Node {
         meta: &ObjectMeta,
         start: u64,
         end: u64,
+        via: Via,
     ) -> Result<impl Stream<Item = Result<Bytes, S3Error>> + Send + Sync + 'static, S3Error> {
-        let bs = self.block_size;
+        let bs = self.policy(bucket, key).block_size;
         let (first, last) = if end > start {
             (start / bs, (end - 1) / bs)
         } else {
             (1, 0)
         };
         let head = if first <= last {
-            Some(self.block(bucket, key, meta, first).await?)
+            Some(self.block(bucket, key, meta, first, bs, via).await?)
         } else {
             None
         };
@@ -383,7 +561,11 @@ impl Node {
             .map(move |i| {
                 let (me, bucket, key, meta) =
                     (me.clone(), bucket.clone(), key.clone(), meta.clone());
-                async move { me.block(&bucket, &key, &meta, i).await.map(|b| slice(i, b)) }
+                async move {
+                    me.block(&bucket, &key, &meta, i, bs, via)
+                        .await
+                        .map(|b| slice(i, b))
+                }
             })
             .buffered(PREFETCH);
         let head = stream::iter(head.map(|b| Ok(slice(first, b))));
@@ -415,6 +597,9 @@ impl Node {
 
     /// Brings the tier gauges up to date (called before each scrape).
     pub fn refresh_gauges(&self) {
+        if let Some(u) = &self.upstream {
+            u.reader.refresh_gauges();
+        }
         for (label, tier) in [(metrics::RAM, &self.ram), (metrics::DISK, &self.disk)] {
             let s = tier.stats();
             self.metrics

@@ -1,8 +1,10 @@
 //! The S3 operations a node answers, on `s3s` (request parsing, SigV4 checks, XML).
 //!
-//! Reads of objects are served from the tiers; listings and bucket checks are passed
-//! to the origin uncached, so ordinary S3 tools work against a node. Writes are
-//! refused. Errors map to S3 codes in one place: [`s3_error`].
+//! Reads of objects are served from the tiers (or passed through uncached when the
+//! rules say so); listings and bucket checks are passed to the origin uncached, so
+//! ordinary S3 tools work against a node. Writes are refused, unless the node is a
+//! gateway with `[gateway] writes = true` ([`crate::writes`]). Errors map to S3 codes
+//! in one place: [`s3_error`].
 
 use std::sync::Arc;
 
@@ -11,10 +13,60 @@ use s3s::dto::*;
 use s3s::{s3_error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use shoal::s3::{unquote_etag, ListRequest, S3Error};
 
-use crate::node::Node;
+use crate::fanout::{Fanout, Target};
+use crate::node::{Node, Via};
 
 pub struct NodeApi {
     pub node: Arc<Node>,
+    /// Where invalidations go on to other nodes (a node with a `[cluster]`).
+    pub fanout: Option<Arc<Fanout>>,
+    pub writes: Option<crate::writes::Writes>,
+}
+
+impl NodeApi {
+    /// Drops `target` here and queues it for every other node.
+    pub async fn invalidate(&self, bucket: &str, target: Target) {
+        invalidate(&self.node, self.fanout.as_deref(), bucket, target, true).await;
+    }
+}
+
+/// Drops `target` on this node and, if `pass_on`, queues it for the others.
+pub async fn invalidate(
+    node: &Node,
+    fanout: Option<&Fanout>,
+    bucket: &str,
+    target: Target,
+    pass_on: bool,
+) -> u64 {
+    let n = match &target {
+        Target::Key(k) => node.purge_object(bucket, k).await,
+        Target::Prefix(p) => node.purge_prefix(bucket, p).await,
+    };
+    let kind = if pass_on { "local" } else { "fanout" };
+    node.metrics
+        .invalidations
+        .get_or_create(&crate::metrics::KindLabel { kind })
+        .inc();
+    if pass_on {
+        if let Some(f) = fanout {
+            f.send(node, bucket, target);
+        }
+    }
+    n
+}
+
+/// The hop count a request carries (`x-shoal-hop`), counted when present.
+fn via(node: &Node, headers: &http::HeaderMap) -> S3Result<Via> {
+    let Some(v) = headers.get(shoal::s3::HOP_HEADER) else {
+        return Ok(Via::default());
+    };
+    let hop = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or_else(|| s3_error!(InvalidArgument, "x-shoal-hop must be a small number"))?;
+    node.metrics.hop_requests.inc();
+    Ok(Via { hop })
 }
 
 /// Our error as the S3 error a client gets.
@@ -79,6 +131,13 @@ pub fn byte_span(range: &Range, size: u64) -> S3Result<(u64, u64, String)> {
     }
 }
 
+/// What a GET or HEAD asks for beyond the key.
+struct Ask<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    range: Option<Range>,
+}
+
 struct Resolved {
     meta: shoal::s3::ObjectMeta,
     start: u64,
@@ -91,24 +150,31 @@ impl NodeApi {
         &self,
         bucket: &str,
         key: &str,
-        if_match: Option<&ETagCondition>,
-        if_none_match: Option<&ETagCondition>,
-        range: Option<Range>,
+        ask: Ask<'_>,
         get: bool,
+        via: Via,
     ) -> S3Result<Resolved> {
+        let Ask {
+            if_match,
+            if_none_match,
+            range,
+        } = ask;
         check_key(key)?;
         let pinned = if_match.and_then(condition_etag);
+        let bs = self.node.policy(bucket, key).block_size;
         // Where the read starts, when that is known without the object's size.
         let start_block = match range {
             None => Some(0),
-            Some(Range::Int { first, .. }) => Some(first / self.node.block_size()),
+            Some(Range::Int { first, .. }) => Some(first / bs),
             Some(Range::Suffix { .. }) => None,
         };
         let meta = match (&pinned, start_block) {
             (Some(etag), Some(index)) if get => {
-                self.node.resolve_pinned(bucket, key, etag, index).await
+                self.node
+                    .resolve_pinned(bucket, key, etag, index, via)
+                    .await
             }
-            _ => self.node.resolve(bucket, key, pinned.as_deref()).await,
+            _ => self.node.resolve(bucket, key, pinned.as_deref(), via).await,
         }
         .map_err(s3_error)?;
         if let Some(c) = if_none_match {
@@ -139,7 +205,15 @@ impl S3 for NodeApi {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let cached_only = req.headers.contains_key(shoal::s3::CACHED_ONLY_HEADER);
+        let via = via(&self.node, &req.headers)?;
         let i = req.input;
+        check_key(&i.key)?;
+        if !self.node.policy(&i.bucket, &i.key).cache {
+            if cached_only {
+                return Err(not_cached());
+            }
+            return crate::passthrough::get(&self.node, i).await;
+        }
         if cached_only {
             // Not even the version is known here: nothing can be cached.
             let known = i
@@ -155,10 +229,13 @@ impl S3 for NodeApi {
             .resolve(
                 &i.bucket,
                 &i.key,
-                i.if_match.as_ref(),
-                i.if_none_match.as_ref(),
-                i.range,
+                Ask {
+                    if_match: i.if_match.as_ref(),
+                    if_none_match: i.if_none_match.as_ref(),
+                    range: i.range,
+                },
                 true,
+                via,
             )
             .await?;
         if cached_only
@@ -171,7 +248,7 @@ impl S3 for NodeApi {
         }
         let body = self
             .node
-            .read(&i.bucket, &i.key, &r.meta, r.start, r.end)
+            .read(&i.bucket, &i.key, &r.meta, r.start, r.end, via)
             .await
             .map_err(s3_error)?;
         Ok(S3Response::new(GetObjectOutput {
@@ -190,15 +267,23 @@ impl S3 for NodeApi {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let via = via(&self.node, &req.headers)?;
         let i = req.input;
+        check_key(&i.key)?;
+        if !self.node.policy(&i.bucket, &i.key).cache {
+            return crate::passthrough::head(&self.node, i).await;
+        }
         let r = self
             .resolve(
                 &i.bucket,
                 &i.key,
-                i.if_match.as_ref(),
-                i.if_none_match.as_ref(),
-                i.range,
+                Ask {
+                    if_match: i.if_match.as_ref(),
+                    if_none_match: i.if_none_match.as_ref(),
+                    range: i.range,
+                },
                 false,
+                via,
             )
             .await?;
         Ok(S3Response::new(HeadObjectOutput {
@@ -285,21 +370,26 @@ impl S3 for NodeApi {
 
     async fn put_object(
         &self,
-        _: S3Request<PutObjectInput>,
+        req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        Err(read_only())
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        check_key(&req.input.key)?;
+        w.put(self, req.input).await
     }
     async fn delete_object(
         &self,
-        _: S3Request<DeleteObjectInput>,
+        req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        Err(read_only())
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        check_key(&req.input.key)?;
+        w.delete(self, req.input).await
     }
     async fn delete_objects(
         &self,
-        _: S3Request<DeleteObjectsInput>,
+        req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        Err(read_only())
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        w.delete_many(self, req.input).await
     }
     async fn copy_object(
         &self,
@@ -337,7 +427,34 @@ impl S3 for NodeApi {
 /// drops cached blocks and versions on this node. Signed like any S3 request.
 pub struct PurgeRoute {
     pub node: Arc<Node>,
+    pub fanout: Option<Arc<Fanout>>,
     pub open: bool,
+}
+
+/// Most bytes of a batch purge body.
+const PURGE_BODY_LIMIT: usize = 1 << 20;
+
+/// `key=K` / `prefix=P` lines (values percent-encoded), as nodes send each other.
+fn purge_lines(body: &[u8]) -> S3Result<Vec<Target>> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| s3_error!(InvalidArgument, "purge body is not UTF-8"))?;
+    let decode = |v: &str| {
+        percent_encoding::percent_decode_str(v)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| s3_error!(InvalidArgument, "purge value is not UTF-8"))
+    };
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.split_once('=') {
+            Some(("key", v)) if !v.is_empty() => Ok(Target::Key(decode(v)?)),
+            Some(("prefix", v)) => Ok(Target::Prefix(decode(v)?)),
+            _ => Err(s3_error!(
+                InvalidArgument,
+                "purge body lines are key=K or prefix=P"
+            )),
+        })
+        .collect()
 }
 
 fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
@@ -382,25 +499,42 @@ impl s3s::route::S3Route for PurgeRoute {
                 "purge needs a bucket: POST /BUCKET?shoal-purge&key=K"
             ));
         }
-        let (what, n) = match (
+        let local = query_param(&req.uri, "shoal-local").is_some();
+        let mut input = req.input;
+        let body = input
+            .store_all_limited(PURGE_BODY_LIMIT)
+            .await
+            .map_err(|_| s3_error!(InvalidArgument, "purge body over 1 MiB"))?;
+        let targets = match (
             query_param(&req.uri, "key"),
             query_param(&req.uri, "prefix"),
         ) {
-            (Some(k), None) if !k.is_empty() => (
-                format!("key {k}"),
-                self.node.purge_object(&bucket, &k).await,
-            ),
-            (None, Some(p)) => (
-                format!("prefix {p:?}"),
-                self.node.purge_prefix(&bucket, &p).await,
-            ),
+            (Some(k), None) if !k.is_empty() && body.is_empty() => vec![Target::Key(k)],
+            (None, Some(p)) if body.is_empty() => vec![Target::Prefix(p)],
+            (None, None) if !body.is_empty() => purge_lines(&body)?,
             _ => {
                 return Err(s3_error!(
                     InvalidArgument,
-                    "purge takes exactly one of key=K or prefix=P"
+                    "purge takes exactly one of key=K or prefix=P (or a body of such lines)"
                 ))
             }
         };
+        let mut n = 0;
+        for t in &targets {
+            n += invalidate(
+                &self.node,
+                self.fanout.as_deref(),
+                &bucket,
+                t.clone(),
+                !local,
+            )
+            .await;
+        }
+        let what = format!(
+            "{} target(s){}",
+            targets.len(),
+            if local { "" } else { ", passed on" }
+        );
         self.node.metrics.purges.inc();
         tracing::info!(bucket = %bucket, "purged {what}: {n} blocks");
         let body = serde_json::json!({ "bucket": bucket, "purged_blocks": n }).to_string();

@@ -91,6 +91,7 @@ secret_access_key = "{NODE_SECRET}"
         ReaderOptions {
             ram_bytes: ram,
             max_inflight_blocks: None,
+            queue_wait: None,
         },
     )
 }

@@ -388,7 +388,7 @@ async fn purge_drops_cached_blocks() {
         .unwrap();
     assert_eq!(r.status(), 403);
     let answer = c
-        .purge(BUCKET, shoal::s3::Purge::Prefix("p/"))
+        .purge(BUCKET, shoal::s3::Purge::Prefix("p/"), false)
         .await
         .unwrap();
     assert!(answer.contains("\"purged_blocks\":2"), "{answer}");

@@ -134,6 +134,7 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
             ReaderOptions {
                 ram_bytes: spec.cache_size,
                 max_inflight_blocks: None,
+                queue_wait: None,
             },
         );
         let fs = fs::Fs::new(

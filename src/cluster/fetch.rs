@@ -53,6 +53,9 @@ impl ClusterReader {
         let pick = match self.router.pick(&block) {
             Ok(p) => p,
             Err(NoNode::Empty) => return self.read_origin(&req, Fallback::NoNodes).await,
+            Err(NoNode::AllDown) if self.router.membership().zone().is_some() => {
+                return self.read_origin(&req, Fallback::ZoneDown).await
+            }
             Err(NoNode::AllDown) => return self.read_origin(&req, Fallback::Down).await,
         };
         let hedge_delay = self.router.hedge_delay(&pick.node);
@@ -69,6 +72,7 @@ impl ClusterReader {
             tokio::select! {
                 Some((node, hedged, r)) = running.next() => match r {
                     Ok((bytes, meta)) => {
+                        self.router.success(&node);
                         if hedged {
                             self.metrics.hedges_won.inc();
                         }
@@ -87,6 +91,9 @@ impl ClusterReader {
                         last = cause_of(&e);
                         if matches!(last, Fallback::Connect | Fallback::FirstByte) {
                             self.router.mark_down(&node);
+                        } else {
+                            // It answers, but with failures: the breaker's business.
+                            self.router.failure(&node);
                         }
                         self.log_failure(&node, &e);
                         if !extra_used {
@@ -146,9 +153,16 @@ impl ClusterReader {
         (node, hedged, r)
     }
 
-    async fn read_origin(&self, req: &GetObject, cause: Fallback) -> Result<Fetched, S3Error> {
+    pub(crate) async fn read_origin(
+        &self,
+        req: &GetObject,
+        cause: Fallback,
+    ) -> Result<Fetched, S3Error> {
         self.metrics.fallbacks.get_or_create(&cause.label()).inc();
-        let (meta, bytes) = self.origin.get_bytes(req).await?;
+        let mut req = req.clone();
+        req.hop = 0;
+        req.cached_only = false;
+        let (meta, bytes) = self.origin.get_bytes(&req).await?;
         Ok((bytes, meta, Source::Origin))
     }
 

@@ -30,6 +30,10 @@ pub enum Fallback {
     Error,
     Down,
     NoNodes,
+    /// Every node of the client's zone is down.
+    ZoneDown,
+    /// No request slot came free within the queue-wait bound.
+    Shed,
 }
 
 impl Fallback {
@@ -42,6 +46,8 @@ impl Fallback {
                 Fallback::Error => "error",
                 Fallback::Down => "down",
                 Fallback::NoNodes => "no_nodes",
+                Fallback::ZoneDown => "zone_down",
+                Fallback::Shed => "shed",
             },
         }
     }
@@ -51,7 +57,6 @@ pub const RAM: SourceLabel = SourceLabel { source: "ram" };
 pub const NODE: SourceLabel = SourceLabel { source: "node" };
 pub const ORIGIN: SourceLabel = SourceLabel { source: "origin" };
 
-#[derive(Default)]
 pub struct ClusterMetrics {
     /// Blocks delivered, by where they came from.
     pub blocks: Family<SourceLabel, Counter>,
@@ -80,9 +85,41 @@ pub struct ClusterMetrics {
     /// Spills (owner at its load limit), nodes marked down, from the router.
     pub spills: Gauge,
     pub marked_down: Gauge,
+    /// Times a node's breaker opened after consecutive failures.
+    pub breaker_trips: Gauge,
+    /// Time block fetches waited for a request slot.
+    pub queue_wait: prometheus_client::metrics::histogram::Histogram,
     /// Nodes known and nodes currently up.
     pub nodes: Gauge,
     pub nodes_up: Gauge,
+}
+
+impl Default for ClusterMetrics {
+    fn default() -> Self {
+        Self {
+            blocks: Default::default(),
+            bytes: Default::default(),
+            node_requests: Default::default(),
+            node_failures: Default::default(),
+            fallbacks: Default::default(),
+            failovers: Default::default(),
+            hedges_sent: Default::default(),
+            hedges_won: Default::default(),
+            coalesced_waits: Default::default(),
+            stale: Default::default(),
+            prefetched: Default::default(),
+            ram_bytes: Default::default(),
+            ram_capacity_bytes: Default::default(),
+            spills: Default::default(),
+            marked_down: Default::default(),
+            breaker_trips: Default::default(),
+            queue_wait: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 9),
+            ),
+            nodes: Default::default(),
+            nodes_up: Default::default(),
+        }
+    }
 }
 
 impl ClusterMetrics {
@@ -154,6 +191,16 @@ impl ClusterMetrics {
             "marked_down",
             "Times a node was marked down",
             self.marked_down.clone(),
+        );
+        p.register(
+            "breaker_trips",
+            "Times a node's breaker opened after consecutive failures",
+            self.breaker_trips.clone(),
+        );
+        p.register(
+            "queue_wait_seconds",
+            "Time block fetches waited for a request slot",
+            self.queue_wait.clone(),
         );
         p.register(
             "nodes",

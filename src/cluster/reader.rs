@@ -23,6 +23,9 @@ pub struct ReaderOptions {
     /// Blocks being fetched at once across all handles: bounds in-flight memory to
     /// this many cluster blocks. Defaults to 4 read windows.
     pub max_inflight_blocks: Option<usize>,
+    /// Longest a fetch waits for an in-flight slot before it reads the origin
+    /// instead (`None`: it waits, which is backpressure for a mount; a gateway sheds).
+    pub queue_wait: Option<Duration>,
 }
 
 impl Default for ReaderOptions {
@@ -30,6 +33,7 @@ impl Default for ReaderOptions {
         Self {
             ram_bytes: 256 << 20,
             max_inflight_blocks: None,
+            queue_wait: None,
         }
     }
 }
@@ -43,6 +47,7 @@ pub struct ClusterReader {
     flights: Coalescer<BlockKey, (Bytes, ObjectMeta)>,
     inflight: Arc<Semaphore>,
     inflight_limit: usize,
+    queue_wait: Option<Duration>,
     pub metrics: ClusterMetrics,
     pub(crate) started: Instant,
     pub(crate) last_log: AtomicU64,
@@ -92,6 +97,7 @@ impl ClusterReader {
             flights: Coalescer::default(),
             inflight: Arc::new(Semaphore::new(limit)),
             inflight_limit: limit,
+            queue_wait: opts.queue_wait,
             metrics: ClusterMetrics::default(),
             started: Instant::now(),
             last_log: AtomicU64::new(u64::MAX),
@@ -136,6 +142,9 @@ impl ClusterReader {
         self.metrics
             .marked_down
             .set(self.router.counters.marked_down.load(Relaxed) as i64);
+        self.metrics
+            .breaker_trips
+            .set(self.router.counters.breaker_trips.load(Relaxed) as i64);
         let nodes = self.router.nodes();
         self.metrics.nodes.set(nodes.len() as i64);
         self.metrics
@@ -184,31 +193,70 @@ impl ClusterReader {
         key: &str,
         known: Option<ObjectMeta>,
     ) -> Result<Handle, S3Error> {
+        self.open_hop(bucket, key, known, None, 0).await
+    }
+
+    /// [`Self::open`] for a gateway forwarding a request that already passed
+    /// through `hops` nodes: its node requests carry `hops + 1`. Without `known`,
+    /// the version is learned through the cluster, pinned to `if_match` if given.
+    pub async fn open_forwarded(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        known: Option<ObjectMeta>,
+        if_match: Option<&str>,
+        hops: u32,
+    ) -> Result<Handle, S3Error> {
+        self.open_hop(bucket, key, known, if_match, hops + 1).await
+    }
+
+    async fn open_hop(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        known: Option<ObjectMeta>,
+        if_match: Option<&str>,
+        hop: u32,
+    ) -> Result<Handle, S3Error> {
         let meta = match known {
             Some(m) => m,
-            None => self.learn(bucket, key).await?,
+            None => self.learn(bucket, key, hop, if_match).await?,
         };
         Ok(Handle(Arc::new(HandleInner {
             reader: self.clone(),
             bucket: bucket.into(),
             key: key.into(),
             meta,
+            hop,
             stale: AtomicBool::new(false),
         })))
     }
 
     /// Learns size and ETag by fetching block 0 through the cluster (keeping it).
-    async fn learn(&self, bucket: &str, key: &str) -> Result<ObjectMeta, S3Error> {
+    async fn learn(
+        &self,
+        bucket: &str,
+        key: &str,
+        hop: u32,
+        if_match: Option<&str>,
+    ) -> Result<ObjectMeta, S3Error> {
         let id = (bucket.to_owned(), key.to_owned());
         let changed = self.changed.lock().unwrap().remove(&id).is_some();
+        let head = || {
+            let mut req = GetObject::new(bucket, key);
+            req.if_match = if_match.map(str::to_owned);
+            req
+        };
         if changed {
-            return self.origin.head_object(&GetObject::new(bucket, key)).await;
+            return self.origin.head_object(&head()).await;
         }
         let bs = self.cluster.block_size;
-        let req = GetObject::new(bucket, key).range(ByteRange::From {
+        let mut req = GetObject::new(bucket, key).range(ByteRange::From {
             first: 0,
             last: Some(bs - 1),
         });
+        req.hop = hop;
+        req.if_match = if_match.map(str::to_owned);
         match self.routed(req, 0).await {
             Ok((bytes, meta, source)) => {
                 self.count(source, bytes.len());
@@ -217,9 +265,7 @@ impl ClusterReader {
                 Ok(meta)
             }
             // An empty object has no byte 0.
-            Err(S3Error::InvalidRange { .. }) => {
-                self.origin.head_object(&GetObject::new(bucket, key)).await
-            }
+            Err(S3Error::InvalidRange { .. }) => self.origin.head_object(&head()).await,
             Err(e) => Err(e),
         }
     }
@@ -231,6 +277,7 @@ impl ClusterReader {
         key: &str,
         meta: &ObjectMeta,
         index: u64,
+        hop: u32,
     ) -> Result<Bytes, S3Error> {
         let bk = BlockKey::new(bucket, key, &meta.etag, index);
         if let Some(b) = self.ram.get(&bk) {
@@ -242,19 +289,26 @@ impl ClusterReader {
             return Ok(b);
         }
         let me = self.clone();
-        let req = GetObject::new(bucket, key)
+        let mut req = GetObject::new(bucket, key)
             .range(self.block_range(index, meta.size))
             .if_match(&meta.etag);
+        req.hop = hop;
         let bk2 = bk.clone();
         let fetch = async move {
             // Bound the memory of all fetches together.
-            let _permit = me
-                .inflight
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("semaphore never closes");
-            let (bytes, meta, source) = me.routed(req, index).await?;
+            let t0 = Instant::now();
+            let permit = me.inflight.clone().acquire_owned();
+            let permit = match me.queue_wait {
+                None => Some(permit.await),
+                Some(limit) => tokio::time::timeout(limit, permit).await.ok(),
+            };
+            me.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
+            let (bytes, meta, source) = match permit {
+                Some(_permit) => me.routed(req, index).await?,
+                // Every slot is taken for longer than the bound: queueing behind
+                // them would only add latency, so read the origin now.
+                None => me.read_origin(&req, super::metrics::Fallback::Shed).await?,
+            };
             me.count(source, bytes.len());
             me.ram.insert(bk2, bytes.clone());
             Ok((bytes, meta))
@@ -289,6 +343,8 @@ struct HandleInner {
     bucket: Arc<str>,
     key: Arc<str>,
     meta: ObjectMeta,
+    /// Sent with every node request of this handle (0 = none).
+    hop: u32,
     stale: AtomicBool,
 }
 
@@ -326,7 +382,11 @@ impl Handle {
             return Err(self.stale_error());
         }
         let h = &self.0;
-        match h.reader.block(&h.bucket, &h.key, &h.meta, index).await {
+        match h
+            .reader
+            .block(&h.bucket, &h.key, &h.meta, index, h.hop)
+            .await
+        {
             Err(e @ S3Error::PreconditionFailed { .. }) => {
                 if !h.stale.swap(true, Relaxed) {
                     h.reader.metrics.stale.inc();

@@ -51,6 +51,20 @@ pub mod defaults {
     pub const RETRY_BASE: Duration = Duration::from_millis(50);
     pub const RETRY_MAX: Duration = Duration::from_secs(2);
     pub const REVALIDATE_AFTER: Duration = Duration::from_secs(1);
+    /// The backstop behind invalidation: past it, what a node knows of an object is
+    /// checked with the origin again however it was learned (a node that missed a
+    /// purge serves nothing stale for longer).
+    pub const MAX_AGE: Duration = Duration::from_secs(3600);
+    /// A gateway forwards a client's miss once; a forwarded request is never forwarded.
+    pub const HOP_LIMIT: u32 = 1;
+    /// Consecutive failures that trip a node's breaker, and how long it stays open.
+    pub const BREAKER_FAILURES: u32 = 3;
+    pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+    /// Block requests a gateway has in flight to other nodes at once.
+    pub const PEER_CONCURRENCY: usize = 64;
+    /// Longest a gateway's miss waits for a peer request slot before it sheds to
+    /// the origin.
+    pub const PEER_QUEUE_WAIT: Duration = Duration::from_millis(100);
     pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
     pub const METADATA_TTL: Duration = Duration::from_secs(10);
     pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
@@ -134,6 +148,51 @@ pub struct ClusterConfig {
     pub tls: bool,
     /// What the nodes' `[auth]` expects; anonymous when the nodes run `mode = "none"`.
     pub credentials: CredentialMode,
+    /// For a node with a `[cluster]`: forward misses to owners, or not.
+    pub mode: ClusterMode,
+    /// Forwarded requests carry their hop count; none past this is forwarded again.
+    pub hop_limit: u32,
+    /// Nodes that own no blocks but get invalidations (other gateways).
+    pub peers: Vec<String>,
+    pub breaker: BreakerConfig,
+    pub peer_concurrency: usize,
+    pub peer_queue_wait: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterMode {
+    /// A miss goes to the block's owner: one copy per block cluster-wide.
+    Strong,
+    /// Every node fetches its own misses from the origin; only invalidations are
+    /// shared.
+    Eventual,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    pub failures: u32,
+    pub cooldown: Duration,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// Forward PUT, multipart uploads and DELETE to the origin.
+    pub writes: bool,
+    /// After a PUT, have each block fetched by its owner.
+    pub warm_on_write: bool,
+}
+
+/// One caching rule: what to do with keys (`bucket/key`) that match `pattern`.
+#[derive(Clone, Debug)]
+pub struct CacheRule {
+    pub pattern: String,
+    pub matcher: globset::GlobMatcher,
+    pub cache: bool,
+    /// Node block size (the widening unit) for matching keys.
+    pub block_size: Option<u64>,
+    /// How long what is cached of a matching key may be served before the origin is
+    /// asked again.
+    pub ttl: Option<Duration>,
 }
 
 impl ClusterConfig {
@@ -160,6 +219,15 @@ impl ClusterConfig {
             },
             tls: false,
             credentials: CredentialMode::Anonymous,
+            mode: ClusterMode::Strong,
+            hop_limit: defaults::HOP_LIMIT,
+            peers: Vec::new(),
+            breaker: BreakerConfig {
+                failures: defaults::BREAKER_FAILURES,
+                cooldown: defaults::BREAKER_COOLDOWN,
+            },
+            peer_concurrency: defaults::PEER_CONCURRENCY,
+            peer_queue_wait: defaults::PEER_QUEUE_WAIT,
         }
     }
 }
@@ -181,6 +249,7 @@ pub struct NodeConfig {
     /// Base domains for virtual-hosted requests (`bucket.DOMAIN/key`); path-style
     /// requests always work.
     pub domains: Vec<String>,
+    pub max_age: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -227,6 +296,9 @@ pub struct Config {
     auth: Option<AuthConfig>,
     pub tls: Option<TlsConfig>,
     pub metrics_listen: Option<SocketAddr>,
+    pub gateway: GatewayConfig,
+    /// In order; the first match decides. Empty: everything is cached.
+    pub rules: Vec<CacheRule>,
 }
 
 impl Config {
@@ -381,6 +453,72 @@ impl Validator<'_> {
                 .and_then(|m| m.listen)
                 .map(|l| self.socket_addr("metrics.listen", &l))
                 .transpose()?,
+            gateway: GatewayConfig {
+                writes: raw.gateway.as_ref().and_then(|g| g.writes).unwrap_or(false),
+                warm_on_write: raw
+                    .gateway
+                    .as_ref()
+                    .and_then(|g| g.warm_on_write)
+                    .unwrap_or(false),
+            },
+            rules: raw
+                .rules
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| self.rule(i, r))
+                .collect::<R<Vec<_>>>()?,
+        })
+    }
+
+    fn rule(&self, i: usize, r: RawRule) -> R<CacheRule> {
+        let key = |k: &str| format!("rules[{i}].{k}");
+        let pattern = r.pattern.ok_or_else(|| {
+            self.err(
+                key("pattern"),
+                "every rule needs a pattern (a glob on bucket/key)",
+            )
+        })?;
+        let matcher = globset::GlobBuilder::new(&pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| {
+                self.err(
+                    key("pattern"),
+                    format!("{pattern:?} is not a glob: {}", e.kind()),
+                )
+            })?
+            .compile_matcher();
+        if r.block_size.is_some() && r.page_size.is_some() {
+            return Err(self.err(key("page_size"), "write block_size or page_size, not both"));
+        }
+        let block_size = r.block_size.or(r.page_size).map(|s| s.0);
+        if let Some(bs) = block_size {
+            if !(4096..=(64 << 20)).contains(&bs) {
+                return Err(self.err(
+                    key(if r.page_size.is_some() {
+                        "page_size"
+                    } else {
+                        "block_size"
+                    }),
+                    format!("{bs} is out of range 4KiB..=64MiB"),
+                ));
+            }
+        }
+        let cache = r.cache.unwrap_or(true);
+        if !cache && (block_size.is_some() || r.ttl.is_some()) {
+            return Err(self.err(
+                key("cache"),
+                "a rule with cache = false caches nothing: block_size and ttl do not apply",
+            ));
+        }
+        let ttl = r.ttl.map(|d| self.positive(&key("ttl"), d.0)).transpose()?;
+        Ok(CacheRule {
+            pattern,
+            matcher,
+            cache,
+            block_size,
+            ttl,
         })
     }
 
@@ -640,6 +778,39 @@ impl Validator<'_> {
             timeouts,
             tls: c.tls.unwrap_or(false),
             credentials,
+            mode: match c.mode.as_deref() {
+                None | Some("strong") => ClusterMode::Strong,
+                Some("eventual") => ClusterMode::Eventual,
+                Some(m) => {
+                    return Err(self.err(
+                        "cluster.mode",
+                        format!("{m:?} is not a mode: write \"strong\" or \"eventual\""),
+                    ))
+                }
+            },
+            hop_limit: c.hop_limit.unwrap_or(defaults::HOP_LIMIT),
+            peers: c
+                .peers
+                .unwrap_or_default()
+                .iter()
+                .map(|p| canonical_node_id(p).map_err(|m| self.err("cluster.peers", m)))
+                .collect::<R<Vec<_>>>()?,
+            breaker: BreakerConfig {
+                failures: match c.breaker_failures.unwrap_or(defaults::BREAKER_FAILURES) {
+                    0 => return Err(self.err("cluster.breaker_failures", "must be at least 1")),
+                    n => n,
+                },
+                cooldown: self.positive(
+                    "cluster.breaker_cooldown",
+                    c.breaker_cooldown
+                        .map_or(defaults::BREAKER_COOLDOWN, |d| d.0),
+                )?,
+            },
+            peer_concurrency: match c.peer_concurrency.unwrap_or(defaults::PEER_CONCURRENCY) {
+                0 => return Err(self.err("cluster.peer_concurrency", "must be at least 1")),
+                n => n,
+            },
+            peer_queue_wait: c.peer_queue_wait.map_or(defaults::PEER_QUEUE_WAIT, |d| d.0),
         })
     }
 
@@ -696,6 +867,7 @@ impl Validator<'_> {
                 .map_or(defaults::SHUTDOWN_TIMEOUT, |d| d.0),
             zone: n.zone,
             domains: n.domains.unwrap_or_default(),
+            max_age: self.positive("node.max_age", n.max_age.map_or(defaults::MAX_AGE, |d| d.0))?,
         })
     }
 

@@ -17,6 +17,26 @@ pub struct RawConfig {
     pub auth: Option<RawAuth>,
     pub tls: Option<RawTls>,
     pub metrics: Option<RawMetrics>,
+    pub gateway: Option<RawGateway>,
+    pub rules: Option<Vec<RawRule>>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawGateway {
+    pub writes: Option<bool>,
+    pub warm_on_write: Option<bool>,
+}
+
+/// One `[[rules]]` entry.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub pattern: Option<String>,
+    pub cache: Option<bool>,
+    pub block_size: Option<Size>,
+    pub page_size: Option<Size>,
+    pub ttl: Option<Dur>,
 }
 
 /// Where a key pair comes from: inline, from named environment variables, from a
@@ -85,6 +105,13 @@ pub struct RawCluster {
     pub stall_timeout: Option<Dur>,
     pub tls: Option<bool>,
     pub credentials: Option<RawCredentials>,
+    pub mode: Option<String>,
+    pub hop_limit: Option<u32>,
+    pub peers: Option<Vec<String>>,
+    pub breaker_failures: Option<u32>,
+    pub breaker_cooldown: Option<Dur>,
+    pub peer_concurrency: Option<usize>,
+    pub peer_queue_wait: Option<Dur>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -104,6 +131,7 @@ pub struct RawNode {
     pub shutdown_timeout: Option<Dur>,
     pub zone: Option<String>,
     pub domains: Option<Vec<String>>,
+    pub max_age: Option<Dur>,
 }
 
 #[derive(Deserialize, Default, Debug)]

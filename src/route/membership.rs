@@ -47,6 +47,7 @@ struct Dns {
 pub struct Membership {
     current: RwLock<Arc<NodeSet>>,
     dns: Option<Dns>,
+    zone: Option<String>,
 }
 
 /// What a refresh did.
@@ -70,6 +71,7 @@ impl Membership {
             MembershipConfig::Static(nodes) => Arc::new(Membership {
                 current: RwLock::new(Arc::new(Self::static_set(nodes, cfg.zone.as_deref()))),
                 dns: None,
+                zone: cfg.zone.clone(),
             }),
             MembershipConfig::Dns {
                 host,
@@ -83,6 +85,7 @@ impl Membership {
                     refresh: *refresh,
                     resolver,
                 }),
+                zone: cfg.zone.clone(),
             }),
         }
     }
@@ -92,7 +95,13 @@ impl Membership {
         Arc::new(Membership {
             current: RwLock::new(Arc::new(NodeSet::new(ids.iter().map(|i| (i.clone(), 1.0))))),
             dns: None,
+            zone: None,
         })
+    }
+
+    /// The client's zone, if it routes within one.
+    pub fn zone(&self) -> Option<&str> {
+        self.zone.as_deref()
     }
 
     fn static_set(nodes: &[NodeSpec], zone: Option<&str>) -> NodeSet {

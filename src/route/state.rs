@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::membership::Membership;
 use super::placement::{BlockId, NodeSet};
-use crate::config::{ClusterConfig, HedgeConfig};
+use crate::config::{BreakerConfig, ClusterConfig, HedgeConfig};
 
 pub trait Clock: Send + Sync {
     fn now(&self) -> Instant;
@@ -77,6 +77,8 @@ struct NodeLive {
     down_until: AtomicU64,
     /// Time-to-first-byte estimate in seconds as f64 bits; 0 = none yet.
     ewma: AtomicU64,
+    /// Failures since the last success (the breaker's count).
+    failures: AtomicU64,
 }
 
 /// One node, as this client sees it. Cheap to clone.
@@ -143,6 +145,7 @@ pub struct RouterCounters {
     pub hedges_allowed: AtomicU64,
     pub hedges_denied: AtomicU64,
     pub requests: AtomicU64,
+    pub breaker_trips: AtomicU64,
 }
 
 /// Two buckets of [`HEDGE_WINDOW`]: the budget counts the current and the previous.
@@ -164,6 +167,7 @@ pub struct Router {
     load_limit: usize,
     load_factor: Option<f64>,
     down_for: Duration,
+    breaker: BreakerConfig,
     hedge: HedgeConfig,
     total_inflight: Arc<AtomicUsize>,
     hedge_window: Mutex<HedgeWindow>,
@@ -181,6 +185,7 @@ impl Router {
             load_limit: cfg.load_limit,
             load_factor: cfg.load_factor,
             down_for: cfg.down_for,
+            breaker: cfg.breaker,
             hedge: cfg.hedge,
             total_inflight: Arc::new(AtomicUsize::new(0)),
             hedge_window: Mutex::new(HedgeWindow::default()),
@@ -214,6 +219,7 @@ impl Router {
                     inflight: AtomicUsize::new(0),
                     down_until: AtomicU64::new(0),
                     ewma: AtomicU64::new(0),
+                    failures: AtomicU64::new(0),
                 }))
             })
             .clone()
@@ -305,11 +311,36 @@ impl Router {
 
     /// A connection to `n` failed: skip it for `down_for`.
     pub fn mark_down(&self, n: &NodeHandle) {
-        let until = self.now_ns() + self.down_for.as_nanos() as u64;
-        let prev = n.0.down_until.swap(until, Relaxed);
-        if prev <= self.now_ns() {
+        self.down_for_a_while(n, self.down_for);
+    }
+
+    fn down_for_a_while(&self, n: &NodeHandle, d: Duration) {
+        let now = self.now_ns();
+        let until = now + d.as_nanos() as u64;
+        let prev = n.0.down_until.fetch_max(until, Relaxed);
+        if prev <= now {
             self.counters.marked_down.fetch_add(1, Relaxed);
-            tracing::warn!(node = %n.id(), "node marked down for {:?}", self.down_for);
+            tracing::warn!(node = %n.id(), "node marked down for {d:?}");
+        }
+    }
+
+    /// A request to `n` failed after it was accepted (an error status, a stalled
+    /// body; an unreachable node is marked down instead). After `breaker.failures`
+    /// in a row its breaker opens: it is skipped for `breaker.cooldown`, which
+    /// outlasts a down mark, for a node that is up but keeps failing.
+    pub fn failure(&self, n: &NodeHandle) {
+        let f = n.0.failures.fetch_add(1, Relaxed) + 1;
+        if f >= self.breaker.failures as u64 {
+            n.0.failures.store(0, Relaxed);
+            self.counters.breaker_trips.fetch_add(1, Relaxed);
+            self.down_for_a_while(n, self.breaker.cooldown);
+        }
+    }
+
+    /// A request to `n` was answered: its breaker count starts over.
+    pub fn success(&self, n: &NodeHandle) {
+        if n.0.failures.load(Relaxed) != 0 {
+            n.0.failures.store(0, Relaxed);
         }
     }
 

@@ -124,6 +124,32 @@ fn down_nodes_are_skipped_until_down_for_passes() {
 }
 
 #[test]
+fn breaker_opens_after_consecutive_failures_for_its_cooldown() {
+    let (r, clock) = router(
+        "down_for = \"1s\"\nbreaker_failures = 3\nbreaker_cooldown = \"10s\"\n",
+        3,
+    );
+    let n = r.node("10.0.0.1:9000");
+    r.failure(&n);
+    r.failure(&n);
+    // A success in between starts the count over.
+    r.success(&n);
+    r.failure(&n);
+    r.failure(&n);
+    assert!(!r.is_down(&n));
+    assert_eq!(r.counters.breaker_trips.load(Relaxed), 0);
+    r.failure(&n);
+    assert!(r.is_down(&n));
+    assert_eq!(r.counters.breaker_trips.load(Relaxed), 1);
+    // A short down mark inside the cooldown does not shorten it.
+    r.mark_down(&n);
+    clock.advance(Duration::from_millis(9900));
+    assert!(r.is_down(&n));
+    clock.advance(Duration::from_millis(200));
+    assert!(!r.is_down(&n));
+}
+
+#[test]
 fn no_nodes_is_its_own_answer() {
     let cfg = cluster("", 1);
     let r = Router::new(&cfg, Membership::fixed(&[]), Arc::new(TestClock::default()));

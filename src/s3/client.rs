@@ -319,20 +319,59 @@ impl S3Client {
     }
 
     /// Asks a shoal node to drop what it caches of one key or of every key under a
-    /// prefix (`POST /BUCKET?shoal-purge&key=K|prefix=P`); returns the node's JSON answer.
-    pub async fn purge(&self, bucket: &str, target: Purge<'_>) -> Result<String, S3Error> {
+    /// prefix (`POST /BUCKET?shoal-purge&key=K|prefix=P`), and to pass the purge on
+    /// to every node it knows unless `local`; returns the node's JSON answer.
+    pub async fn purge(
+        &self,
+        bucket: &str,
+        target: Purge<'_>,
+        local: bool,
+    ) -> Result<String, S3Error> {
         let (name, value) = match target {
             Purge::Key(k) => ("key", k),
             Purge::Prefix(p) => ("prefix", p),
         };
+        let mut query = format!("{name}={}&shoal-purge=", encode::query_value(value));
+        if local {
+            query.push_str("&shoal-local=");
+        }
+        self.purge_call(bucket, query, Bytes::new()).await
+    }
+
+    /// Many purges of one bucket in one request, applied by the node itself only
+    /// (how nodes pass invalidations on to each other): one `key=K` or `prefix=P`
+    /// per body line, values percent-encoded.
+    pub async fn purge_batch(&self, bucket: &str, items: &[Purge<'_>]) -> Result<String, S3Error> {
+        let mut body = String::new();
+        for item in items {
+            let (name, value) = match item {
+                Purge::Key(k) => ("key", k),
+                Purge::Prefix(p) => ("prefix", p),
+            };
+            body.push_str(&format!("{name}={}\n", encode::query_value(value)));
+        }
+        self.purge_call(
+            bucket,
+            "shoal-local=&shoal-purge=".into(),
+            Bytes::from(body),
+        )
+        .await
+    }
+
+    async fn purge_call(
+        &self,
+        bucket: &str,
+        query: String,
+        body: Bytes,
+    ) -> Result<String, S3Error> {
         let call = Call {
             method: Method::POST,
             bucket,
             key: "",
-            query: format!("{name}={}&shoal-purge=", encode::query_value(value)),
+            query,
             signed: vec![],
             unsigned: vec![],
-            body: Bytes::new(),
+            body,
             range: None,
             retry: true,
         };
@@ -387,6 +426,9 @@ impl S3Client {
         }
         if req.cached_only {
             unsigned.push((super::CACHED_ONLY_HEADER, "1".to_owned()));
+        }
+        if req.hop > 0 {
+            unsigned.push((super::HOP_HEADER, req.hop.to_string()));
         }
         let range = req.range.map(|r| r.header());
         if let Some(r) = &range {

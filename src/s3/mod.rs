@@ -89,7 +89,13 @@ pub struct GetObject {
     /// [`NOT_CACHED`] when it would have to go to the origin. Hedges use it so that a
     /// second request never becomes a second origin fetch.
     pub cached_only: bool,
+    /// How many nodes this request has passed through (`x-shoal-hop`; 0 = none, sent
+    /// only to nodes): a node never forwards a request at its hop limit.
+    pub hop: u32,
 }
+
+/// The header that counts a request's hops between nodes.
+pub const HOP_HEADER: &str = "x-shoal-hop";
 
 /// The header a cached-only request carries.
 pub const CACHED_ONLY_HEADER: &str = "x-shoal-cached-only";

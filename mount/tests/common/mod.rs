@@ -55,12 +55,17 @@ impl Drop for Node {
 }
 
 pub fn start_node(o: &Origin, dir: &Path, name: &str) -> Node {
+    start_node_with(o, dir, name, "[cache]\nram_size = \"256MiB\"\n")
+}
+
+/// A node with `extra` (its `[cache]` section, say) in its config.
+pub fn start_node_with(o: &Origin, dir: &Path, name: &str, extra: &str) -> Node {
     use std::io::{BufRead, BufReader};
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(
         &cfg,
         format!(
-            "{}[node]\nlisten = \"127.0.0.1:0\"\n[cache]\nram_size = \"256MiB\"\n[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
+            "{}[node]\nlisten = \"127.0.0.1:0\"\n{extra}[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
             origin_toml(o)
         ),
     )

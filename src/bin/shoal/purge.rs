@@ -51,7 +51,8 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
         } else {
             Purge::Key(&key)
         };
-        match client.purge(&bucket, target).await {
+        // This command reaches every node itself: none needs to pass it on.
+        match client.purge(&bucket, target, true).await {
             Ok(answer) => {
                 let blocks = serde_json::from_str::<serde_json::Value>(&answer)
                     .ok()

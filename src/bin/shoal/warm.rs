@@ -94,6 +94,7 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
         ReaderOptions {
             ram_bytes: 0,
             max_inflight_blocks: Some(a.parallel.max(1)),
+            queue_wait: None,
         },
     );
     reader.membership_ready().await;

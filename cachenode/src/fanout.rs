@@ -1,0 +1,178 @@
+//! Invalidations passed on to every other node: a purge, or a write or delete
+//! through a gateway, is applied here first, then queued and sent in batches to all
+//! live nodes of the cluster (and its `peers`), so no client waits on the fan-out.
+//! A node that misses one (down, cut off) serves nothing stale past `max_age`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal::config::{ClusterConfig, RetryPolicy};
+use shoal::route::Membership;
+use shoal::s3::{Purge, S3Client, S3ClientOptions};
+use tokio::sync::mpsc;
+
+use crate::metrics::KindLabel;
+use crate::node::Node;
+
+/// How long the first invalidation of a batch waits for company.
+const COALESCE: Duration = Duration::from_millis(10);
+/// Most invalidations in one batch.
+const BATCH: usize = 256;
+/// Attempts per node and batch; past them the `max_age` backstop takes over.
+const ATTEMPTS: u32 = 3;
+
+/// What to invalidate.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Target {
+    Key(String),
+    Prefix(String),
+}
+
+pub struct Fanout {
+    tx: mpsc::UnboundedSender<(String, Target)>,
+}
+
+impl Fanout {
+    /// Starts the sender for `cluster`'s nodes and peers, except `self_id`.
+    pub fn start(node: Arc<Node>, cluster: &ClusterConfig, self_id: Option<String>) -> Fanout {
+        let membership = Membership::from_config(cluster);
+        let _refresh = membership.spawn_refresh();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sender = Sender {
+            node,
+            membership,
+            peers: cluster.peers.clone(),
+            self_id,
+            cluster: cluster.clone(),
+            clients: Default::default(),
+        };
+        tokio::spawn(sender.run(rx));
+        Fanout { tx }
+    }
+
+    /// Queues an invalidation for every other node; never waits.
+    pub fn send(&self, node: &Node, bucket: &str, target: Target) {
+        node.metrics.fanout_queued.inc();
+        if self.tx.send((bucket.to_owned(), target)).is_err() {
+            node.metrics.fanout_queued.dec();
+        }
+    }
+}
+
+struct Sender {
+    node: Arc<Node>,
+    membership: Arc<Membership>,
+    peers: Vec<String>,
+    self_id: Option<String>,
+    cluster: ClusterConfig,
+    clients: std::sync::Mutex<std::collections::HashMap<String, S3Client>>,
+}
+
+impl Sender {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<(String, Target)>) {
+        let me = Arc::new(self);
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            let deadline = tokio::time::Instant::now() + COALESCE;
+            while batch.len() < BATCH {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(x)) => batch.push(x),
+                    _ => break,
+                }
+            }
+            me.node.metrics.fanout_queued.dec_by(batch.len() as i64);
+            let mut by_bucket: BTreeMap<String, Vec<Target>> = BTreeMap::new();
+            for (b, t) in batch {
+                let v = by_bucket.entry(b).or_default();
+                if !v.contains(&t) {
+                    v.push(t);
+                }
+            }
+            for target in me.targets() {
+                let me = me.clone();
+                let by_bucket = by_bucket.clone();
+                // Each node on its own: a slow or dead one delays nobody.
+                tokio::spawn(async move {
+                    for (bucket, items) in by_bucket {
+                        me.deliver(&target, &bucket, &items).await;
+                    }
+                });
+            }
+        }
+    }
+
+    fn targets(&self) -> Vec<String> {
+        let mut t: Vec<String> = self
+            .membership
+            .current()
+            .nodes()
+            .iter()
+            .map(|n| n.id.clone())
+            .chain(self.peers.iter().cloned())
+            .filter(|id| Some(id) != self.self_id.as_ref())
+            .collect();
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    async fn deliver(&self, id: &str, bucket: &str, items: &[Target]) {
+        let client = self.client(id);
+        let purges: Vec<Purge<'_>> = items
+            .iter()
+            .map(|t| match t {
+                Target::Key(k) => Purge::Key(k),
+                Target::Prefix(p) => Purge::Prefix(p),
+            })
+            .collect();
+        for attempt in 1..=ATTEMPTS {
+            match client.purge_batch(bucket, &purges).await {
+                Ok(_) => {
+                    self.node
+                        .metrics
+                        .fanout_batches
+                        .get_or_create(&KindLabel { kind: "ok" })
+                        .inc();
+                    return;
+                }
+                Err(e) if attempt == ATTEMPTS => {
+                    self.node
+                        .metrics
+                        .fanout_batches
+                        .get_or_create(&KindLabel { kind: "failed" })
+                        .inc();
+                    tracing::warn!(node = %id, "invalidations not delivered (max_age will expire what it holds): {e}");
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250 << attempt)).await,
+            }
+        }
+    }
+
+    fn client(&self, id: &str) -> S3Client {
+        let mut clients = self.clients.lock().unwrap();
+        if let Some(c) = clients.get(id) {
+            return c.clone();
+        }
+        let scheme = if self.cluster.tls { "https" } else { "http" };
+        let origin = self.node.origin().options();
+        let c = S3Client::new(S3ClientOptions {
+            endpoint: url::Url::parse(&format!("{scheme}://{id}"))
+                .expect("a canonical node id is a URL authority"),
+            region: origin.region.clone(),
+            addressing: shoal::config::Addressing::Path,
+            credentials: self.cluster.credentials.clone(),
+            timeouts: self.cluster.timeouts,
+            retry: RetryPolicy {
+                max_attempts: 1,
+                base: Duration::from_millis(1),
+                max: Duration::from_millis(1),
+            },
+            sign_range: false,
+            pool_idle_per_host: 4,
+        })
+        .expect("node client builds like the origin client");
+        clients.insert(id.to_owned(), c.clone());
+        c
+    }
+}

@@ -1,0 +1,144 @@
+//! Memory bounds: 32 readers of large files through a real mount and a real node.
+//! The peak resident size of each process (the kernel's VmHWM) must stay within what
+//! it was at rest, plus its RAM tier, plus the blocks it may hold in flight, plus a
+//! stated overhead for buffers, connections and allocator slack.
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Instant;
+
+use common::*;
+
+const MIB: u64 = 1 << 20;
+const READERS: usize = 32;
+const FILES: usize = 4;
+const FILE_SIZE: usize = 40 << 20;
+
+const NODE_RAM: u64 = 32 * MIB;
+const MOUNT_RAM: u64 = 16 * MIB;
+const READ_WINDOW: u64 = 8;
+/// Everything not counted as cache or in-flight blocks: per-connection buffers,
+/// FUSE request buffers, task stacks, allocator slack.
+const OVERHEAD: u64 = 64 * MIB;
+
+/// `VmRSS` and `VmHWM` (peak) of a process, in bytes.
+fn rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing in /proc/{pid}/status"))
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut bodies = Vec::new();
+    for i in 0..FILES {
+        let b = data(FILE_SIZE + i * 4099, 77 + i as u64);
+        o.put(BUCKET, &format!("big/f{i}"), b.clone());
+        bodies.push(b);
+    }
+    let node = start_node_with(
+        &o,
+        dir.path(),
+        "n",
+        &format!("[cache]\nram_size = \"{}MiB\"\n", NODE_RAM / MIB),
+    );
+    let m = Mount::start(
+        &mount_toml(
+            &o,
+            &[&node],
+            &format!("[cache]\nram_size = \"{}MiB\"\n", MOUNT_RAM / MIB),
+        )
+        .replace(
+            "[cluster]\n",
+            &format!("[cluster]\nread_window = {READ_WINDOW}\n"),
+        ),
+        BUCKET,
+        &[],
+    );
+    let mount_pid = m.child.as_ref().unwrap().id();
+    let node_pid = node.child.id();
+    // At rest: mounted, one listing and one small read done.
+    assert!(std::fs::read_dir(m.path("big")).unwrap().count() == FILES);
+    let (node_rest, _) = rss(node_pid);
+    let (mount_rest, _) = rss(mount_pid);
+
+    let started = Instant::now();
+    let threads: Vec<_> = (0..READERS)
+        .map(|r| {
+            let path = m.path(&format!("big/f{}", r % FILES));
+            let want = bodies[r % FILES].clone();
+            std::thread::spawn(move || {
+                // Half bypass the page cache, so every reader keeps asking the mount.
+                let mut opts = std::fs::OpenOptions::new();
+                opts.read(true);
+                if r % 2 == 0 {
+                    opts.custom_flags(libc::O_DIRECT);
+                }
+                let mut f = opts.open(&path).unwrap();
+                let mut buf = vec![0u8; MIB as usize];
+                let mut at = 0;
+                loop {
+                    let n = f.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    assert_eq!(buf[..n], want[at..at + n], "reader {r} at {at}");
+                    at += n;
+                }
+                assert_eq!(at, want.len(), "reader {r} read the whole file");
+            })
+        })
+        .collect();
+    for t in threads {
+        tokio::task::spawn_blocking(move || t.join().unwrap())
+            .await
+            .unwrap();
+    }
+    let took = started.elapsed();
+    let (_, node_peak) = rss(node_pid);
+    let (_, mount_peak) = rss(mount_pid);
+
+    // The mount holds its RAM tier plus at most 4 read windows of blocks in flight;
+    // the node its RAM tier plus what the mount can ask of it at once (one block
+    // per request, with the node's prefetch of 4 blocks per stream on top).
+    let inflight = 4 * READ_WINDOW * MIB;
+    let mount_bound = mount_rest + MOUNT_RAM + inflight + OVERHEAD;
+    let node_bound = node_rest + NODE_RAM + inflight + OVERHEAD;
+    eprintln!(
+        "{READERS} readers x {} MiB in {:.1} s: mount rest {} MiB peak {} MiB (bound {} MiB); node rest {} MiB peak {} MiB (bound {} MiB)",
+        FILE_SIZE as u64 / MIB,
+        took.as_secs_f64(),
+        mount_rest / MIB,
+        mount_peak / MIB,
+        mount_bound / MIB,
+        node_rest / MIB,
+        node_peak / MIB,
+        node_bound / MIB,
+    );
+    assert!(
+        mount_peak <= mount_bound,
+        "mount peak RSS {} MiB over its bound {} MiB",
+        mount_peak / MIB,
+        mount_bound / MIB
+    );
+    assert!(
+        node_peak <= node_bound,
+        "node peak RSS {} MiB over its bound {} MiB",
+        node_peak / MIB,
+        node_bound / MIB
+    );
+    // The bounds are not vacuous: the caches did fill.
+    assert!(mount_peak > mount_rest + MOUNT_RAM / 2);
+    assert!(node_peak > node_rest + NODE_RAM / 2);
+}
