@@ -27,6 +27,8 @@ const ATTEMPTS: u32 = 3;
 pub enum Target {
     Key(String),
     Prefix(String),
+    /// Every version of the key but this ETag (after an overwrite).
+    KeyExcept(String, String),
 }
 
 pub struct Fanout {
@@ -124,6 +126,7 @@ impl Sender {
             .map(|t| match t {
                 Target::Key(k) => Purge::Key(k),
                 Target::Prefix(p) => Purge::Prefix(p),
+                Target::KeyExcept(k, e) => Purge::KeyExcept(k, e),
             })
             .collect();
         for attempt in 1..=ATTEMPTS {

@@ -143,6 +143,16 @@ pub fn build(
             false
         }
     };
+    builder.set_route(s3api::PurgeRoute {
+        node: node.clone(),
+        fanout,
+        open,
+    });
+    if !node_cfg.domains.is_empty() {
+        let host = s3s::host::MultiDomain::new(&node_cfg.domains)
+            .map_err(|e| format!("{}: node.domains: {e}", cfg.file))?;
+        builder.set_host(host);
+    }
     let mut registry = prometheus_client::registry::Registry::default();
     node.metrics.register(&mut registry);
     if let Some(r) = &reader {

@@ -27,6 +27,11 @@ pub const DISK: TierLabel = TierLabel { tier: "disk" };
 pub const ORIGIN: TierLabel = TierLabel { tier: "origin" };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HopLabel {
+    pub hop: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabel {
     pub version: &'static str,
 }
@@ -74,6 +79,8 @@ pub struct Metrics {
     pub hop_requests: Counter,
     /// Misses a gateway did not forward because the request was at its hop limit.
     pub hop_limited: Counter,
+    /// Misses a gateway forwarded, by the hop count the request arrived with.
+    pub forwarded: Family<HopLabel, Counter>,
     /// Blocks a gateway fetched through the cluster, and their bytes.
     pub cluster_fetches: Counter,
     pub cluster_bytes: Counter,
@@ -113,6 +120,11 @@ impl Metrics {
             "hop_limited",
             "Misses not forwarded because the request was at the hop limit",
             self.hop_limited.clone(),
+        );
+        p.register(
+            "forwarded",
+            "Misses forwarded to owners, by the hop count they arrived with",
+            self.forwarded.clone(),
         );
         p.register(
             "cluster_fetches",

@@ -141,7 +141,13 @@ impl Node {
     /// Whether a request that came `via` goes to the cluster on a miss.
     fn forwards(&self, via: Via) -> bool {
         match &self.upstream {
-            Some(u) if via.hop < u.hop_limit => true,
+            Some(u) if via.hop < u.hop_limit => {
+                self.metrics
+                    .forwarded
+                    .get_or_create(&metrics::HopLabel { hop: via.hop })
+                    .inc();
+                true
+            }
             Some(_) => {
                 self.metrics.hop_limited.inc();
                 false
@@ -578,6 +584,25 @@ impl Node {
         let n = self.ram.remove_object(bucket, key);
         let (disk, b, k) = (self.disk.clone(), bucket.to_owned(), key.to_owned());
         n + tokio::task::spawn_blocking(move || disk.remove_object(&b, &k))
+            .await
+            .unwrap_or(0)
+    }
+
+    /// Drops every version of one object but `etag` (an overwrite whose new
+    /// version may already be warm); returns blocks dropped.
+    pub async fn purge_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64 {
+        {
+            let mut metas = self.metas.lock().unwrap();
+            let id = (bucket.to_owned(), key.to_owned());
+            if metas.get(&id).is_some_and(|(m, _)| m.etag != etag) {
+                metas.remove(&id);
+            }
+        }
+        let version = format!("{etag}\u{0}");
+        let keep = move |e: &str| e.starts_with(&version);
+        let n = self.ram.remove_versions(bucket, key, &keep);
+        let (disk, b, k) = (self.disk.clone(), bucket.to_owned(), key.to_owned());
+        n + tokio::task::spawn_blocking(move || disk.remove_versions(&b, &k, &keep))
             .await
             .unwrap_or(0)
     }

@@ -41,6 +41,7 @@ pub async fn invalidate(
     let n = match &target {
         Target::Key(k) => node.purge_object(bucket, k).await,
         Target::Prefix(p) => node.purge_prefix(bucket, p).await,
+        Target::KeyExcept(k, e) => node.purge_other_versions(bucket, k, e).await,
     };
     let kind = if pass_on { "local" } else { "fanout" };
     node.metrics
@@ -446,13 +447,22 @@ fn purge_lines(body: &[u8]) -> S3Result<Vec<Target>> {
     };
     text.lines()
         .filter(|l| !l.is_empty())
-        .map(|l| match l.split_once('=') {
-            Some(("key", v)) if !v.is_empty() => Ok(Target::Key(decode(v)?)),
-            Some(("prefix", v)) => Ok(Target::Prefix(decode(v)?)),
-            _ => Err(s3_error!(
-                InvalidArgument,
-                "purge body lines are key=K or prefix=P"
-            )),
+        .map(|l| {
+            let field = |name: &str| {
+                l.split('&')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            };
+            match (field("key"), field("prefix"), field("keep")) {
+                (Some(k), None, None) if !k.is_empty() => Ok(Target::Key(decode(k)?)),
+                (Some(k), None, Some(e)) if !k.is_empty() => {
+                    Ok(Target::KeyExcept(decode(k)?, decode(e)?))
+                }
+                (None, Some(p), None) => Ok(Target::Prefix(decode(p)?)),
+                _ => Err(s3_error!(
+                    InvalidArgument,
+                    "purge body lines are key=K, key=K&keep=ETAG or prefix=P"
+                )),
+            }
         })
         .collect()
 }
@@ -508,10 +518,14 @@ impl s3s::route::S3Route for PurgeRoute {
         let targets = match (
             query_param(&req.uri, "key"),
             query_param(&req.uri, "prefix"),
+            query_param(&req.uri, "keep"),
         ) {
-            (Some(k), None) if !k.is_empty() && body.is_empty() => vec![Target::Key(k)],
-            (None, Some(p)) if body.is_empty() => vec![Target::Prefix(p)],
-            (None, None) if !body.is_empty() => purge_lines(&body)?,
+            (Some(k), None, None) if !k.is_empty() && body.is_empty() => vec![Target::Key(k)],
+            (Some(k), None, Some(e)) if !k.is_empty() && body.is_empty() => {
+                vec![Target::KeyExcept(k, e)]
+            }
+            (None, Some(p), None) if body.is_empty() => vec![Target::Prefix(p)],
+            (None, None, None) if !body.is_empty() => purge_lines(&body)?,
             _ => {
                 return Err(s3_error!(
                     InvalidArgument,

@@ -48,8 +48,10 @@ impl Writes {
             .await
             .map_err(s3_error)?;
         count(api, "put");
-        // Whatever any node holds of the old version goes, everywhere.
-        api.invalidate(&i.bucket, Target::Key(i.key.clone())).await;
+        // Whatever any node holds of older versions goes, everywhere; the new one
+        // stays (the warm below may land before the invalidation does).
+        api.invalidate(&i.bucket, Target::KeyExcept(i.key.clone(), etag.clone()))
+            .await;
         if let Some(reader) = &self.warm {
             let meta = ObjectMeta {
                 size,

@@ -327,6 +327,10 @@ impl BlockCache for DiskTier {
         self.retain(|k| !k.same_object(bucket, key))
     }
 
+    fn remove_versions(&self, bucket: &str, key: &str, keep: &dyn Fn(&str) -> bool) -> u64 {
+        self.retain(|k| !k.same_object(bucket, key) || keep(&k.etag))
+    }
+
     fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64 {
         self.retain(|k| !(&*k.bucket == bucket && k.key.starts_with(prefix)))
     }

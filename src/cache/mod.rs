@@ -33,6 +33,8 @@ pub trait BlockCache: Send + Sync {
     fn insert(&self, key: BlockKey, data: Bytes);
     /// Drops every block of `bucket`/`key` (any ETag); returns how many.
     fn remove_object(&self, bucket: &str, key: &str) -> u64;
+    /// Drops the blocks of `bucket`/`key` whose ETag field `keep` refuses.
+    fn remove_versions(&self, bucket: &str, key: &str, keep: &dyn Fn(&str) -> bool) -> u64;
     /// Drops every block of keys starting with `prefix` in `bucket`; returns how many.
     fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64;
     fn stats(&self) -> TierStats;
@@ -47,6 +49,9 @@ impl BlockCache for NoCache {
     }
     fn insert(&self, _: BlockKey, _: Bytes) {}
     fn remove_object(&self, _: &str, _: &str) -> u64 {
+        0
+    }
+    fn remove_versions(&self, _: &str, _: &str, _: &dyn Fn(&str) -> bool) -> u64 {
         0
     }
     fn remove_prefix(&self, _: &str, _: &str) -> u64 {

@@ -21,6 +21,24 @@ use crate::config::{Addressing, CredentialMode, OriginConfig, RetryPolicy, Timeo
 pub enum Purge<'a> {
     Key(&'a str),
     Prefix(&'a str),
+    /// Every version of a key but one (after an overwrite whose new version may
+    /// already be warm).
+    KeyExcept(&'a str, &'a str),
+}
+
+impl Purge<'_> {
+    /// As query parameters (`key=K`, `prefix=P`, `key=K&keep=ETAG`), encoded.
+    fn params(&self) -> String {
+        match self {
+            Purge::Key(k) => format!("key={}", encode::query_value(k)),
+            Purge::Prefix(p) => format!("prefix={}", encode::query_value(p)),
+            Purge::KeyExcept(k, e) => format!(
+                "keep={}&key={}",
+                encode::query_value(e),
+                encode::query_value(k)
+            ),
+        }
+    }
 }
 
 /// Everything that shapes a client.
@@ -327,11 +345,7 @@ impl S3Client {
         target: Purge<'_>,
         local: bool,
     ) -> Result<String, S3Error> {
-        let (name, value) = match target {
-            Purge::Key(k) => ("key", k),
-            Purge::Prefix(p) => ("prefix", p),
-        };
-        let mut query = format!("{name}={}&shoal-purge=", encode::query_value(value));
+        let mut query = format!("{}&shoal-purge=", target.params());
         if local {
             query.push_str("&shoal-local=");
         }
@@ -340,15 +354,13 @@ impl S3Client {
 
     /// Many purges of one bucket in one request, applied by the node itself only
     /// (how nodes pass invalidations on to each other): one `key=K` or `prefix=P`
-    /// per body line, values percent-encoded.
+    /// per body line (`key=K&keep=E` for all versions but one), values
+    /// percent-encoded.
     pub async fn purge_batch(&self, bucket: &str, items: &[Purge<'_>]) -> Result<String, S3Error> {
         let mut body = String::new();
         for item in items {
-            let (name, value) = match item {
-                Purge::Key(k) => ("key", k),
-                Purge::Prefix(p) => ("prefix", p),
-            };
-            body.push_str(&format!("{name}={}\n", encode::query_value(value)));
+            body.push_str(&item.params());
+            body.push('\n');
         }
         self.purge_call(
             bucket,

@@ -114,6 +114,11 @@ impl Origin {
         let _ = self.store.delete(bucket, key);
     }
 
+    /// An object's bytes as stored now (not counted), if it exists.
+    pub fn get(&self, bucket: &str, key: &str) -> Option<Bytes> {
+        self.store.get(bucket, key).ok().map(|o| o.data)
+    }
+
     /// Stops accepting and drops every open connection.
     pub async fn shutdown(mut self) {
         if let Some(s) = self.stop.take() {

@@ -69,9 +69,18 @@ impl Drop for TestNode {
 }
 
 pub async fn start_node(cfg: &Config) -> TestNode {
-    let (app, tls) = shoal_node::build(cfg, &Default::default()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_node_on(cfg, listener).await
+}
+
+/// A node on a listener bound beforehand (for configs that name each other).
+pub async fn start_node_on(cfg: &Config, listener: tokio::net::TcpListener) -> TestNode {
     let addr = listener.local_addr().unwrap();
+    let over = shoal_node::Overrides {
+        listen: Some(addr),
+        data_dir: None,
+    };
+    let (app, tls) = shoal_node::build(cfg, &over).unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(shoal_node::serve(
         listener,

@@ -1,0 +1,689 @@
+//! Two tiers and invalidation: gateways whose misses go to owner nodes, hop limits,
+//! writes through a gateway (warm on write, invalidate on overwrite and delete),
+//! purge fan-out and the `max_age` backstop, eventual mode, caching rules, zones,
+//! and the breaker and shedding on the node-to-node path.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use shoal::s3::{GetObject, Purge, S3Error};
+use tokio::net::TcpListener;
+
+const MIB: usize = 1 << 20;
+
+async fn listener() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
+/// A `[cluster]` of `nodes` (and invalidation-only `peers`) with this test's keys.
+fn cluster_toml(nodes: &[SocketAddr], peers: &[SocketAddr], extra: &str) -> String {
+    let list = |a: &[SocketAddr]| {
+        a.iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "[cluster]\nnodes = [{}]\npeers = [{}]\nconnect_timeout = \"300ms\"\nfirst_byte_timeout = \"2s\"\nstall_timeout = \"2s\"\n{extra}\n[cluster.credentials]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
+        list(nodes),
+        list(peers)
+    )
+}
+
+async fn owners(origin: &shoal_testorigin::Origin, n: usize) -> Vec<TestNode> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(start_node(&parse(&node_toml(origin, "", ""))).await);
+    }
+    v
+}
+
+async fn value(addr: SocketAddr, series: &str) -> f64 {
+    metric(&scrape(addr).await, series)
+}
+
+/// Polls a metric until it reaches `want` (never a blind sleep).
+async fn until(addr: SocketAddr, series: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = value(addr, series).await;
+        if v >= want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} on {addr} stayed at {v}, wanted {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn get(addr: SocketAddr, key: &str, if_match: Option<&str>) -> Result<bytes::Bytes, S3Error> {
+    let mut req = GetObject::new(BUCKET, key);
+    req.if_match = if_match.map(str::to_owned);
+    client(addr).get_bytes(&req).await.map(|(_, b)| b)
+}
+
+const BOTO3_READ: &str = r#"
+import hashlib, sys
+import boto3
+from botocore.config import Config
+endpoint, bucket, key, secret, want_md5 = sys.argv[1:6]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+    aws_access_key_id="node-client", aws_secret_access_key=secret,
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+assert hashlib.md5(body).hexdigest() == want_md5, "bytes differ"
+print("boto3 read", len(body))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_misses_land_on_owners_and_a_second_gateway_costs_no_origin_get() {
+    let origin = origin().await;
+    let owners = owners(&origin, 3).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let gw = |_: ()| parse(&node_toml(&origin, "", &cluster_toml(&ids, &[], "")));
+    let a = start_node(&gw(())).await;
+    let b = start_node(&gw(())).await;
+    let body = data(5 * MIB + 7, 31);
+    let etag = origin.put(BUCKET, "g/obj", body.clone());
+    origin.stats.reset();
+
+    // A plain boto3 client talks to gateway A only.
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", BOTO3_READ])
+        .arg(format!("http://{}", a.addr))
+        .args([BUCKET, "g/obj", NODE_SECRET, &etag])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Six blocks, each fetched from the origin once, by its owner; none by A.
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "g/obj"), 6);
+    let mut owned = 0.0;
+    for o in &owners {
+        owned += value(o.addr, "shoal_node_origin_requests_total{kind=\"block\"}").await;
+    }
+    assert_eq!(owned, 6.0, "the owners fetched every block");
+    assert_eq!(
+        value(a.addr, "shoal_node_origin_requests_total{kind=\"block\"}").await,
+        0.0
+    );
+    assert_eq!(value(a.addr, "shoal_node_cluster_fetches_total").await, 6.0);
+    // Each block sits on the node the routing names as its owner.
+    let set = shoal::route::NodeSet::new(ids.iter().map(|a| (a.to_string(), 1.0)));
+    for index in 0..6u64 {
+        let owner = set.rank_ids(&shoal::route::BlockId {
+            bucket: BUCKET,
+            key: "g/obj",
+            index,
+        })[0]
+            .to_owned();
+        let mut req = GetObject::new(BUCKET, "g/obj")
+            .range(shoal::s3::ByteRange::span(
+                index * MIB as u64,
+                ((index + 1) * MIB as u64).min(body.len() as u64),
+            ))
+            .if_match(&etag);
+        req.cached_only = true;
+        let got = client(owner.parse().unwrap()).get_bytes(&req).await;
+        assert!(
+            got.is_ok(),
+            "block {index} is not cached on its owner {owner}: {got:?}"
+        );
+    }
+
+    // Gateway B reading the same object costs the origin nothing.
+    origin.stats.reset();
+    assert_eq!(get(b.addr, "g/obj", None).await.unwrap(), body);
+    let s = origin.stats.snapshot();
+    assert_eq!(s.count("GET"), 0, "gateway B caused origin GETs");
+    assert_eq!(s.count("HEAD"), 0, "gateway B caused origin HEADs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_listing_each_other_forward_at_most_once() {
+    let origin = origin().await;
+    let (la, lb) = (listener().await, listener().await);
+    let ids = [la.local_addr().unwrap(), lb.local_addr().unwrap()];
+    let cfg = parse(&node_toml(&origin, "", &cluster_toml(&ids, &[], "")));
+    let a = start_node_on(&cfg, la).await;
+    let b = start_node_on(&cfg, lb).await;
+    let body = data(8 * MIB, 32);
+    origin.put(BUCKET, "loop", body.clone());
+    origin.stats.reset();
+    assert_eq!(get(a.addr, "loop", None).await.unwrap(), body);
+    assert_eq!(get(b.addr, "loop", None).await.unwrap(), body);
+    // Every block came from the origin exactly once, whichever node owns it.
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "loop"), 8);
+    for n in [&a, &b] {
+        let text = scrape(n.addr).await;
+        let arrived = metric(&text, "shoal_node_hop_requests_total");
+        assert!(arrived > 0.0, "{}: both gateways own blocks", n.addr);
+        assert!(metric(&text, "shoal_node_forwarded_total{hop=\"0\"}") > 0.0);
+        // Nothing that arrived from another node was forwarded again.
+        assert_eq!(
+            metric(&text, "shoal_node_forwarded_total{hop=\"1\"}"),
+            0.0,
+            "{}: a forwarded request was forwarded again",
+            n.addr
+        );
+        assert!(metric(&text, "shoal_node_hop_limited_total") > 0.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_through_a_gateway_warms_the_owners() {
+    let origin = origin().await;
+    let owners = owners(&origin, 3).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let a = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &format!(
+            "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
+            cluster_toml(&ids, &[], "")
+        ),
+    )))
+    .await;
+    let b = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &cluster_toml(&ids, &[], ""),
+    )))
+    .await;
+    let body = data(3 * MIB + 5, 33);
+    let etag = client(a.addr)
+        .put_object(BUCKET, "w/new", body.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        origin.get(BUCKET, "w/new").unwrap(),
+        body,
+        "the origin has the object"
+    );
+    assert!(!etag.is_empty());
+    until(a.addr, "shoal_node_warms_done_total", 1.0).await;
+    assert_eq!(
+        value(a.addr, "shoal_node_warmed_blocks_total{kind=\"ok\"}").await,
+        4.0
+    );
+    origin.stats.reset();
+    assert_eq!(get(b.addr, "w/new", None).await.unwrap(), body);
+    assert_eq!(
+        origin.stats.snapshot().gets_of(BUCKET, "w/new"),
+        0,
+        "a read after the warm went to the origin"
+    );
+    // Writes are refused by a node that was not asked to take them.
+    let refused = client(b.addr).put_object(BUCKET, "w/x", body.clone()).await;
+    assert!(refused.is_err());
+    assert!(origin.get(BUCKET, "w/x").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overwrite_and_delete_through_a_gateway_leave_no_old_bytes_anywhere() {
+    let origin = origin().await;
+    let owners = owners(&origin, 3).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let lb = listener().await;
+    let b_addr = lb.local_addr().unwrap();
+    let a = start_node(&parse(&node_toml(
+        &origin,
+        "revalidate_after = \"1h\"",
+        &format!(
+            "{}[gateway]\nwrites = true\n",
+            cluster_toml(&ids, &[b_addr], "")
+        ),
+    )))
+    .await;
+    let b = start_node_on(
+        &parse(&node_toml(
+            &origin,
+            "revalidate_after = \"1h\"",
+            &cluster_toml(&ids, &[], ""),
+        )),
+        lb,
+    )
+    .await;
+    let v1 = data(2 * MIB + 3, 34);
+    let e1 = origin.put(BUCKET, "d/obj", v1.clone());
+    let all: Vec<SocketAddr> = ids.iter().copied().chain([a.addr, b.addr]).collect();
+    // Every node learns and caches v1.
+    for n in &all {
+        assert_eq!(get(*n, "d/obj", None).await.unwrap(), v1);
+    }
+
+    // Overwrite through A.
+    let v2 = data(MIB + 9, 35);
+    let e2 = client(a.addr)
+        .put_object(BUCKET, "d/obj", v2.clone())
+        .await
+        .unwrap();
+    assert_ne!(e1, e2);
+    // One batch to each of the 3 owners and peer B.
+    until(a.addr, "shoal_node_fanout_batches_total{kind=\"ok\"}", 4.0).await;
+    for n in &all {
+        assert_eq!(
+            get(*n, "d/obj", None).await.unwrap(),
+            v2,
+            "{n} after overwrite"
+        );
+        let old = get(*n, "d/obj", Some(&e1)).await;
+        assert!(
+            matches!(old, Err(ref e) if matches!(e.cause(), S3Error::PreconditionFailed { .. })),
+            "{n} answered If-Match of the old version with {old:?}"
+        );
+    }
+
+    // Delete through A.
+    client(a.addr).delete_object(BUCKET, "d/obj").await.unwrap();
+    assert!(origin.get(BUCKET, "d/obj").is_none());
+    until(a.addr, "shoal_node_fanout_batches_total{kind=\"ok\"}", 8.0).await;
+    for n in &all {
+        for etag in [None, Some(e2.as_str())] {
+            let r = get(*n, "d/obj", etag).await;
+            assert!(
+                matches!(r, Err(ref e) if matches!(e.cause(), S3Error::NoSuchKey { .. } | S3Error::PreconditionFailed { .. })),
+                "{n} served a deleted object (If-Match {etag:?}): {:?}",
+                r.map(|b| b.len())
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
+    let origin = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Real processes, so one can be paused through the purge.
+    let mut procs = Vec::new();
+    for i in 0..3 {
+        let path = dir.path().join(format!("o{i}.toml"));
+        std::fs::write(
+            &path,
+            node_toml(&origin, "revalidate_after = \"1h\"\nmax_age = \"2s\"", ""),
+        )
+        .unwrap();
+        procs.push(spawn(&path));
+    }
+    let ids: Vec<SocketAddr> = procs.iter().map(|p| p.1).collect();
+    let a = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &cluster_toml(&ids, &[], "").replace(
+            "first_byte_timeout = \"2s\"",
+            "first_byte_timeout = \"300ms\"",
+        ),
+    )))
+    .await;
+    let old = data(100_000, 36);
+    let e_old = origin.put(BUCKET, "p/a", old.clone());
+    for id in &ids {
+        assert_eq!(get(*id, "p/a", None).await.unwrap(), old);
+    }
+    let learned = Instant::now();
+    let new = data(100_001, 37);
+    origin.put(BUCKET, "p/a", new.clone());
+    signal(&procs[2].0, "-STOP");
+    let answer = client(a.addr)
+        .purge(BUCKET, Purge::Prefix("p/"), false)
+        .await
+        .unwrap();
+    assert!(answer.contains("purged_blocks"), "{answer}");
+    until(a.addr, "shoal_node_fanout_batches_total{kind=\"ok\"}", 2.0).await;
+    until(
+        a.addr,
+        "shoal_node_fanout_batches_total{kind=\"failed\"}",
+        1.0,
+    )
+    .await;
+    for id in &ids[..2] {
+        assert_eq!(
+            get(*id, "p/a", None).await.unwrap(),
+            new,
+            "{id} after purge"
+        );
+        assert_eq!(
+            value(*id, "shoal_node_invalidations_total{kind=\"fanout\"}").await,
+            1.0
+        );
+    }
+    signal(&procs[2].0, "-CONT");
+    // The paused node missed the purge; past max_age it asks the origin again.
+    let wait = Duration::from_millis(2100).saturating_sub(learned.elapsed());
+    tokio::time::sleep(wait).await;
+    assert_eq!(
+        get(ids[2], "p/a", None).await.unwrap(),
+        new,
+        "stale after max_age"
+    );
+    let pinned_old = get(ids[2], "p/a", Some(&e_old)).await;
+    assert!(pinned_old.is_err(), "old version served after max_age");
+    for (mut c, _) in procs {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
+    let origin = origin().await;
+    let (l1, l2) = (listener().await, listener().await);
+    let ids = [l1.local_addr().unwrap(), l2.local_addr().unwrap()];
+    let cfg = parse(&node_toml(
+        &origin,
+        "revalidate_after = \"1h\"",
+        &cluster_toml(&ids, &[], "mode = \"eventual\""),
+    ));
+    let n1 = start_node_on(&cfg, l1).await;
+    let n2 = start_node_on(&cfg, l2).await;
+    let body = data(4 * MIB, 38);
+    origin.put(BUCKET, "e/obj", body.clone());
+    origin.stats.reset();
+    assert_eq!(get(n1.addr, "e/obj", None).await.unwrap(), body);
+    assert_eq!(get(n2.addr, "e/obj", None).await.unwrap(), body);
+    // Each node fetched every block itself; no node asked another.
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "e/obj"), 8);
+    for n in [&n1, &n2] {
+        let t = scrape(n.addr).await;
+        assert_eq!(metric(&t, "shoal_node_cluster_fetches_total"), 0.0);
+        assert_eq!(metric(&t, "shoal_node_hop_requests_total"), 0.0);
+    }
+    let changed = data(4 * MIB, 39);
+    origin.put(BUCKET, "e/obj", changed.clone());
+    client(n1.addr)
+        .purge(BUCKET, Purge::Key("e/obj"), false)
+        .await
+        .unwrap();
+    until(
+        n2.addr,
+        "shoal_node_invalidations_total{kind=\"fanout\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(get(n2.addr, "e/obj", None).await.unwrap(), changed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
+    let origin = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &format!(
+            "[cache]\nram_size = \"64MiB\"\ndisk_size = \"64MiB\"\ndata_dir = \"{}\"\n\
+             [[rules]]\npattern = \"{BUCKET}/nocache/**\"\ncache = false\n\
+             [[rules]]\npattern = \"{BUCKET}/hot/**\"\nttl = \"1s\"\nblock_size = \"64KiB\"\n",
+            dir.path().display()
+        ),
+    )))
+    .await;
+    let body = data(300_000, 40);
+    for k in ["other/x", "nocache/y", "hot/z"] {
+        origin.put(BUCKET, k, body.clone());
+    }
+    let blocks_on_disk = || {
+        walk(&dir.path().join("blocks"))
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "blk"))
+            .count()
+    };
+    origin.stats.reset();
+    for k in ["other/x", "nocache/y"] {
+        assert_eq!(get(node.addr, k, None).await.unwrap(), body);
+        assert_eq!(get(node.addr, k, None).await.unwrap(), body);
+        // Never kept: each read went to the origin.
+        assert_eq!(origin.stats.snapshot().gets_of(BUCKET, k), 2, "{k}");
+    }
+    let t = scrape(node.addr).await;
+    assert_eq!(metric(&t, "shoal_node_uncached_requests_total"), 4.0);
+    assert_eq!(metric(&t, "shoal_node_cache_bytes{tier=\"ram\"}"), 0.0);
+    assert_eq!(blocks_on_disk(), 0);
+
+    // A matched key is cached, in its rule's blocks, until its ttl.
+    assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
+    assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
+    assert_eq!(
+        origin.stats.snapshot().gets_of(BUCKET, "hot/z"),
+        5,
+        "64 KiB blocks"
+    );
+    assert_eq!(blocks_on_disk(), 5);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
+    assert_eq!(
+        origin.stats.snapshot().gets_of(BUCKET, "hot/z"),
+        10,
+        "expired after ttl"
+    );
+    assert_eq!(
+        value(node.addr, "shoal_node_expired_objects_total").await,
+        1.0
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_bad_rule_stops_the_node_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[origin]\nendpoint = \"http://127.0.0.1:1\"\n[origin.credentials]\nanonymous = true\n[node]\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[[rules]]\npattern = \"b/[unclosed\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("rules[0].pattern"), "{err}");
+    assert!(err.contains("not a glob"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_down() {
+    let origin = origin().await;
+    let mut a_nodes = owners(&origin, 2).await;
+    let b_node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let list = format!(
+        "[{{ id = \"{}\", zone = \"a\" }}, {{ id = \"{}\", zone = \"a\" }}, {{ id = \"{}\", zone = \"b\" }}]",
+        a_nodes[0].addr, a_nodes[1].addr, b_node.addr
+    );
+    let cfg = parse(&format!(
+        "{}[cluster]\nzone = \"a\"\nnodes = {list}\nconnect_timeout = \"300ms\"\n[cluster.credentials]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
+        node_toml(&origin, "", "")
+    ));
+    let reader = shoal::cluster::ClusterReader::new(
+        shoal::s3::S3Client::from_origin(cfg.origin().unwrap()).unwrap(),
+        cfg.cluster(),
+        shoal::cluster::ReaderOptions {
+            ram_bytes: 0,
+            ..Default::default()
+        },
+    );
+    let body = data(6 * MIB, 41);
+    origin.put(BUCKET, "z/obj", body.clone());
+    let h = reader.open(BUCKET, "z/obj", None).await.unwrap();
+    assert_eq!(h.read(0, body.len() as u64).await.unwrap(), body);
+    let in_a: f64 = {
+        let mut n = 0.0;
+        for x in &a_nodes {
+            n += value(x.addr, "shoal_node_origin_requests_total{kind=\"block\"}").await;
+        }
+        n
+    };
+    assert_eq!(in_a, 6.0, "zone a's nodes fetched every block");
+    let asked = |t: &str| {
+        metric(t, "shoal_node_misses_total{tier=\"ram\"}")
+            + metric(t, "shoal_node_hits_total{tier=\"ram\"}")
+    };
+    assert_eq!(
+        asked(&scrape(b_node.addr).await),
+        0.0,
+        "zone b's node was asked"
+    );
+    // Zone a goes down: reads go to the origin, counted, never to zone b.
+    a_nodes.clear();
+    let body2 = data(3 * MIB, 42);
+    origin.put(BUCKET, "z/two", body2.clone());
+    let h = reader.open(BUCKET, "z/two", None).await.unwrap();
+    assert_eq!(h.read(0, body2.len() as u64).await.unwrap(), body2);
+    let h = reader.open(BUCKET, "z/two", None).await.unwrap();
+    assert_eq!(h.read(0, body2.len() as u64).await.unwrap(), body2);
+    let mut reg = prometheus_client::registry::Registry::default();
+    reader.refresh_gauges();
+    reader.metrics.register(&mut reg);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+    assert!(
+        metric(&text, "shoal_client_fallbacks_total{cause=\"zone_down\"}") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        asked(&scrape(b_node.addr).await),
+        0.0,
+        "zone b's node was asked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin() {
+    let origin = origin().await;
+    // An owner whose origin is unreachable answers every miss with an error.
+    let broken = start_node(&parse(
+        &node_toml(&origin, "", "").replace(&origin.endpoint(), "http://127.0.0.1:1"),
+    ))
+    .await;
+    let gw = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &cluster_toml(
+            &[broken.addr],
+            &[],
+            "breaker_failures = 3\nbreaker_cooldown = \"30s\"",
+        ),
+    )))
+    .await;
+    let body = data(6 * MIB, 43);
+    origin.put(BUCKET, "b/obj", body.clone());
+    assert_eq!(get(gw.addr, "b/obj", None).await.unwrap(), body);
+    let t = scrape(gw.addr).await;
+    assert!(metric(&t, "shoal_client_breaker_trips") >= 1.0, "{t}");
+    assert!(metric(&t, "shoal_client_fallbacks_total{cause=\"down\"}") >= 1.0);
+
+    // One peer request at a time and no patience: concurrent misses shed.
+    let owner = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let gw2 = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &cluster_toml(
+            &[owner.addr],
+            &[],
+            "peer_concurrency = 1\npeer_queue_wait = \"1ms\"",
+        ),
+    )))
+    .await;
+    let big = data(16 * MIB, 44);
+    origin.put(BUCKET, "b/big", big.clone());
+    assert_eq!(get(gw2.addr, "b/big", None).await.unwrap(), big);
+    let t = scrape(gw2.addr).await;
+    assert!(
+        metric(&t, "shoal_client_fallbacks_total{cause=\"shed\"}") >= 1.0,
+        "{t}"
+    );
+}
+
+#[tokio::test]
+async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
+    let origin = origin().await;
+    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    origin.put(BUCKET, "keep/a", data(1000, 45));
+    get(node.addr, "keep/a", None).await.unwrap();
+    let signed = |query: &str, body: &str| {
+        let (q, b) = (query.to_owned(), body.to_owned());
+        async move {
+            let url = format!("http://{}/{BUCKET}?{q}", node.addr);
+            let signer = shoal::s3::Signer::new(
+                &shoal::config::Credentials {
+                    access_key_id: NODE_KEY.into(),
+                    secret_access_key: NODE_SECRET.into(),
+                    session_token: None,
+                },
+                "us-east-1",
+            );
+            let host = node.addr.to_string();
+            let added = signer
+                .sign_headers(
+                    "POST",
+                    &url,
+                    &[("host", host.as_str())],
+                    shoal::s3::Payload::Bytes(b.as_bytes()),
+                    std::time::SystemTime::now(),
+                )
+                .unwrap();
+            let mut req = reqwest::Client::new().post(&url).body(b);
+            for (k, v) in added {
+                req = req.header(k, v);
+            }
+            req.send().await.unwrap()
+        }
+    };
+    for (query, body) in [
+        ("shoal-purge=&shoal-local=", "nonsense\n"),
+        ("shoal-purge=&shoal-local=", "key=\n"),
+        ("shoal-purge=&shoal-local=", "keep=x\n"),
+        ("shoal-purge=&key=a&prefix=b", ""),
+        ("shoal-purge=", ""),
+    ] {
+        let r = signed(query, body).await;
+        assert_eq!(r.status(), 400, "{query} / {body:?}");
+        assert!(r.text().await.unwrap().contains("InvalidArgument"));
+    }
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/{BUCKET}/keep/a", node.addr))
+        .header("x-shoal-hop", "many")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status() == 400 || r.status() == 403, "{}", r.status());
+    // Still cached: nothing was purged.
+    let t = scrape(node.addr).await;
+    assert_eq!(
+        metric(&t, "shoal_node_invalidations_total{kind=\"fanout\"}"),
+        0.0
+    );
+    assert_eq!(
+        metric(&t, "shoal_node_invalidations_total{kind=\"local\"}"),
+        0.0
+    );
+    origin.stats.reset();
+    get(node.addr, "keep/a", None).await.unwrap();
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "keep/a"), 0);
+}
