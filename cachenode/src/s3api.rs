@@ -412,15 +412,35 @@ impl S3 for NodeApi {
     }
     async fn create_multipart_upload(
         &self,
-        _: S3Request<CreateMultipartUploadInput>,
+        req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        Err(read_only())
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        check_key(&req.input.key)?;
+        w.create_multipart(self, req.input).await
     }
     async fn upload_part(
         &self,
-        _: S3Request<UploadPartInput>,
+        req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        Err(read_only())
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        check_key(&req.input.key)?;
+        w.upload_part(self, req.input).await
+    }
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        check_key(&req.input.key)?;
+        w.complete_multipart(self, req.input).await
+    }
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let w = self.writes.as_ref().ok_or_else(read_only)?;
+        check_key(&req.input.key)?;
+        w.abort_multipart(self, req.input).await
     }
 }
 

@@ -17,7 +17,8 @@ use crate::fanout::Target;
 use crate::metrics::KindLabel;
 use crate::s3api::{s3_error, NodeApi};
 
-/// Largest single PUT a gateway buffers on its way to the origin.
+/// Largest single PUT (or upload part) a gateway buffers on its way to the origin;
+/// larger objects go as multipart uploads, which S3 tools do on their own.
 pub const MAX_PUT: usize = 256 << 20;
 
 pub struct Writes {
@@ -48,29 +49,128 @@ impl Writes {
             .await
             .map_err(s3_error)?;
         count(api, "put");
-        // Whatever any node holds of older versions goes, everywhere; the new one
-        // stays (the warm below may land before the invalidation does).
-        api.invalidate(&i.bucket, Target::KeyExcept(i.key.clone(), etag.clone()))
+        self.written(api, &i.bucket, &i.key, &etag, size).await;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    /// After the origin took a new version: invalidate every older one on every
+    /// node, then warm the new one if asked to.
+    async fn written(&self, api: &NodeApi, bucket: &str, key: &str, etag: &str, size: u64) {
+        // The new version stays: the warm below may land before the invalidation does.
+        api.invalidate(bucket, Target::KeyExcept(key.to_owned(), etag.to_owned()))
             .await;
         if let Some(reader) = &self.warm {
             let meta = ObjectMeta {
                 size,
-                etag: etag.clone(),
+                etag: etag.to_owned(),
                 last_modified: None,
                 content_type: None,
             };
             tokio::spawn(warm(
                 reader.clone(),
                 api.node.clone(),
-                i.bucket.clone(),
-                i.key.clone(),
+                bucket.to_owned(),
+                key.to_owned(),
                 meta,
             ));
         }
-        Ok(S3Response::new(PutObjectOutput {
+    }
+
+    pub async fn create_multipart(
+        &self,
+        api: &NodeApi,
+        i: CreateMultipartUploadInput,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let id = api
+            .node
+            .origin()
+            .create_multipart_upload(&i.bucket, &i.key)
+            .await
+            .map_err(s3_error)?;
+        count(api, "multipart_create");
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    pub async fn upload_part(
+        &self,
+        api: &NodeApi,
+        i: UploadPartInput,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let body = collect(i.body, MAX_PUT).await?;
+        let etag = api
+            .node
+            .origin()
+            .upload_part(&i.bucket, &i.key, &i.upload_id, i.part_number, body)
+            .await
+            .map_err(s3_error)?;
+        count(api, "multipart_part");
+        Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(etag)),
             ..Default::default()
         }))
+    }
+
+    pub async fn complete_multipart(
+        &self,
+        api: &NodeApi,
+        i: CompleteMultipartUploadInput,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let parts: Vec<(i32, String)> = i
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.part_number.unwrap_or(0),
+                    p.e_tag.map(|e| e.value().to_owned()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let origin = api.node.origin();
+        let etag = origin
+            .complete_multipart_upload(&i.bucket, &i.key, &i.upload_id, &parts)
+            .await
+            .map_err(s3_error)?;
+        count(api, "multipart_complete");
+        // The answer names no size; the version just made does.
+        let size = origin
+            .head_object(&shoal::s3::GetObject::new(&*i.bucket, &*i.key).if_match(&etag))
+            .await
+            .map(|m| m.size);
+        match size {
+            Ok(size) => self.written(api, &i.bucket, &i.key, &etag, size).await,
+            // Overwritten again already: drop everything, warm nothing.
+            Err(_) => api.invalidate(&i.bucket, Target::Key(i.key.clone())).await,
+        }
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    pub async fn abort_multipart(
+        &self,
+        api: &NodeApi,
+        i: AbortMultipartUploadInput,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        api.node
+            .origin()
+            .abort_multipart_upload(&i.bucket, &i.key, &i.upload_id)
+            .await
+            .map_err(s3_error)?;
+        count(api, "multipart_abort");
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
     pub async fn delete(

@@ -687,3 +687,111 @@ async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
     get(node.addr, "keep/a", None).await.unwrap();
     assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "keep/a"), 0);
 }
+
+const BOTO3_WRITE: &str = r#"
+import hashlib, os, sys, tempfile
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from boto3.s3.transfer import TransferConfig
+endpoint, bucket, secret = sys.argv[1:4]
+def client(secret):
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+        aws_access_key_id="node-client", aws_secret_access_key=secret,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client(secret)
+data = os.urandom(20 * 1024 * 1024 + 11)
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "big")
+    open(path, "wb").write(data)
+    # 8 MiB parts: a multipart upload through the gateway.
+    s3.upload_file(path, bucket, "mp/big", Config=TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20))
+s3.put_object(Bucket=bucket, Key="mp/small", Body=b"small object")
+try:
+    client("wrong-secret").put_object(Bucket=bucket, Key="mp/forged", Body=b"x")
+    raise SystemExit("a wrongly signed PUT was accepted")
+except ClientError as e:
+    assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 403, e.response
+up = s3.create_multipart_upload(Bucket=bucket, Key="mp/aborted")
+s3.abort_multipart_upload(Bucket=bucket, Key="mp/aborted", UploadId=up["UploadId"])
+print(hashlib.md5(data).hexdigest())
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_multipart_upload_through_a_gateway_is_warm_everywhere() {
+    let origin = origin().await;
+    let owners = owners(&origin, 3).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let a = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &format!(
+            "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
+            cluster_toml(&ids, &[], "")
+        ),
+    )))
+    .await;
+    let b = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &cluster_toml(&ids, &[], ""),
+    )))
+    .await;
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", BOTO3_WRITE])
+        .arg(format!("http://{}", a.addr))
+        .args([BUCKET, NODE_SECRET])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let big = origin
+        .get(BUCKET, "mp/big")
+        .expect("the upload reached the origin");
+    assert_eq!(big.len(), 20 * MIB + 11);
+    assert_eq!(md5_hex(&big), stdout, "uploaded bytes differ");
+    assert_eq!(
+        &origin.get(BUCKET, "mp/small").unwrap()[..],
+        b"small object"
+    );
+    assert!(origin.get(BUCKET, "mp/forged").is_none());
+    assert!(origin.get(BUCKET, "mp/aborted").is_none());
+    let t = scrape(a.addr).await;
+    assert_eq!(
+        metric(&t, "shoal_node_writes_total{kind=\"multipart_part\"}"),
+        3.0
+    );
+    assert_eq!(
+        metric(&t, "shoal_node_writes_total{kind=\"multipart_complete\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&t, "shoal_node_writes_total{kind=\"multipart_abort\"}"),
+        1.0
+    );
+    // Both objects warmed: 21 + 1 blocks.
+    until(a.addr, "shoal_node_warms_done_total", 2.0).await;
+    assert_eq!(
+        metric(
+            &scrape(a.addr).await,
+            "shoal_node_warmed_blocks_total{kind=\"ok\"}"
+        ),
+        22.0
+    );
+    origin.stats.reset();
+    assert_eq!(get(b.addr, "mp/big", None).await.unwrap(), big);
+    assert_eq!(origin.stats.snapshot().count("GET"), 0);
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    use md5::Digest;
+    md5::Md5::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}

@@ -320,6 +320,153 @@ impl S3Client {
             .unwrap_or_default())
     }
 
+    /// Starts a multipart upload; returns its upload id.
+    pub async fn create_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<String, S3Error> {
+        self.check_key(key)?;
+        let body = self
+            .small_call(
+                Method::POST,
+                bucket,
+                key,
+                "uploads=".into(),
+                Bytes::new(),
+                false,
+            )
+            .await?;
+        xml::parse_as::<xml::InitiateMultipartUploadResult>(&body)
+            .map(|r| r.upload_id)
+            .map_err(|m| protocol(&self.inner.label, m))
+    }
+
+    /// Uploads part `number` of an upload; returns the part's ETag.
+    pub async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        body: Bytes,
+    ) -> Result<String, S3Error> {
+        self.check_key(key)?;
+        let call = Call {
+            method: Method::PUT,
+            bucket,
+            key,
+            query: format!(
+                "partNumber={number}&uploadId={}",
+                encode::query_value(upload_id)
+            ),
+            signed: vec![],
+            unsigned: vec![],
+            body,
+            range: None,
+            // The same part again replaces it: idempotent.
+            retry: true,
+        };
+        let resp = self.execute(call).await?;
+        Ok(resp
+            .headers()
+            .get(http::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| unquote_etag(v).to_owned())
+            .unwrap_or_default())
+    }
+
+    /// Completes an upload from its parts (number, ETag), ascending; returns the
+    /// object's ETag.
+    pub async fn complete_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, String)],
+    ) -> Result<String, S3Error> {
+        self.check_key(key)?;
+        let mut xml_body = String::from("<CompleteMultipartUpload>");
+        for (n, etag) in parts {
+            xml_body.push_str(&format!(
+                "<Part><PartNumber>{n}</PartNumber><ETag>\"{}\"</ETag></Part>",
+                quick_xml::escape::escape(unquote_etag(etag))
+            ));
+        }
+        xml_body.push_str("</CompleteMultipartUpload>");
+        let body = self
+            .small_call(
+                Method::POST,
+                bucket,
+                key,
+                format!("uploadId={}", encode::query_value(upload_id)),
+                Bytes::from(xml_body),
+                false,
+            )
+            .await?;
+        // S3 may answer 200 and still fail the completion in the body.
+        if let Ok(e) = xml::parse_as::<xml::ErrorBody>(&body) {
+            if let Some(code) = e.code {
+                return Err(S3Error::from_response(
+                    500,
+                    Some(code),
+                    e.message,
+                    &ErrorContext {
+                        bucket,
+                        key,
+                        range: None,
+                    },
+                ));
+            }
+        }
+        xml::parse_as::<xml::CompleteMultipartUploadResult>(&body)
+            .map(|r| unquote_etag(&r.etag).to_owned())
+            .map_err(|m| protocol(&self.inner.label, m))
+    }
+
+    pub async fn abort_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), S3Error> {
+        self.check_key(key)?;
+        self.small_call(
+            Method::DELETE,
+            bucket,
+            key,
+            format!("uploadId={}", encode::query_value(upload_id)),
+            Bytes::new(),
+            true,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn small_call(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: &str,
+        query: String,
+        body: Bytes,
+        retry: bool,
+    ) -> Result<Bytes, S3Error> {
+        let call = Call {
+            method,
+            bucket,
+            key,
+            query,
+            signed: vec![],
+            unsigned: vec![],
+            body,
+            range: None,
+            retry,
+        };
+        let resp = self.execute(call).await?;
+        read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await
+    }
+
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
         self.check_key(key)?;
         let call = Call {

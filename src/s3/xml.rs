@@ -44,6 +44,25 @@ pub struct CommonPrefix {
     pub prefix: String,
 }
 
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "PascalCase")]
+pub struct InitiateMultipartUploadResult {
+    pub upload_id: String,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "PascalCase")]
+pub struct CompleteMultipartUploadResult {
+    #[serde(rename = "ETag")]
+    pub etag: String,
+}
+
+/// A small XML answer as `T`.
+pub fn parse_as<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let s = std::str::from_utf8(body).map_err(|e| format!("answer is not UTF-8: {e}"))?;
+    quick_xml::de::from_str(s).map_err(|e| format!("answer XML: {e}"))
+}
+
 pub fn parse_list(body: &[u8]) -> Result<ListBucketResult, String> {
     let s = std::str::from_utf8(body).map_err(|e| format!("listing is not UTF-8: {e}"))?;
     quick_xml::de::from_str(s).map_err(|e| format!("listing XML: {e}"))

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
-use crate::store::{Missing, Store, StoredObject};
+use crate::store::{Missing, Store, StoredObject, UploadError};
 
 #[derive(Clone)]
 pub struct MemS3 {
@@ -23,6 +23,28 @@ fn missing(m: Missing) -> s3s::S3Error {
         Missing::Bucket => s3_error!(NoSuchBucket),
         Missing::Key => s3_error!(NoSuchKey),
     }
+}
+
+fn upload_error(e: UploadError) -> s3s::S3Error {
+    match e {
+        UploadError::NoSuchUpload => s3_error!(NoSuchUpload),
+        UploadError::InvalidPart(n) => {
+            s3_error!(InvalidPart, "part {n} is missing or its ETag differs")
+        }
+        UploadError::InvalidPartOrder => s3_error!(InvalidPartOrder),
+        UploadError::Missing(m) => missing(m),
+    }
+}
+
+async fn read_body(body: Option<StreamingBlob>) -> S3Result<Bytes> {
+    let mut data = BytesMut::new();
+    if let Some(mut body) = body {
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
+            data.extend_from_slice(&chunk);
+        }
+    }
+    Ok(data.freeze())
 }
 
 fn etag_of(obj: &StoredObject) -> ETag {
@@ -144,6 +166,81 @@ impl S3 for MemS3 {
             e_tag: Some(ETag::Strong(etag)),
             ..Default::default()
         }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let i = req.input;
+        let id = self
+            .store
+            .create_upload(&i.bucket, &i.key)
+            .map_err(missing)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let i = req.input;
+        let data = read_body(i.body).await?;
+        let etag = self
+            .store
+            .upload_part(&i.upload_id, i.part_number, data)
+            .map_err(upload_error)?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let i = req.input;
+        let listed: Vec<(i32, String)> = i
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.part_number.unwrap_or(0),
+                    p.e_tag.map(|e| e.value().to_owned()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        if listed.is_empty() {
+            return Err(s3_error!(MalformedXML, "no parts listed"));
+        }
+        let (bucket, key, etag) = self
+            .store
+            .complete_upload(&i.upload_id, &listed)
+            .map_err(upload_error)?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(bucket),
+            key: Some(key),
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.store
+            .abort_upload(&req.input.upload_id)
+            .map_err(upload_error)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
     async fn delete_object(

@@ -47,10 +47,28 @@ pub struct Bucket {
     pub created: Option<SystemTime>,
 }
 
+/// A multipart upload in progress.
+struct Upload {
+    bucket: String,
+    key: String,
+    parts: BTreeMap<i32, Bytes>,
+}
+
+/// Why a multipart call was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum UploadError {
+    NoSuchUpload,
+    InvalidPart(i32),
+    InvalidPartOrder,
+    Missing(Missing),
+}
+
 /// All buckets of the origin.
 #[derive(Default)]
 pub struct Store {
     buckets: RwLock<BTreeMap<String, Bucket>>,
+    uploads: std::sync::Mutex<std::collections::HashMap<String, Upload>>,
+    next_upload: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
@@ -95,6 +113,86 @@ impl Store {
         let b = self.buckets.read().unwrap();
         let bucket = b.get(bucket).ok_or(Missing::Bucket)?;
         bucket.objects.get(key).cloned().ok_or(Missing::Key)
+    }
+
+    pub fn create_upload(&self, bucket: &str, key: &str) -> Result<String, Missing> {
+        if !self.bucket_exists(bucket) {
+            return Err(Missing::Bucket);
+        }
+        let n = self
+            .next_upload
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("upload-{n}");
+        self.uploads.lock().unwrap().insert(
+            id.clone(),
+            Upload {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                parts: BTreeMap::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    /// Stores one part, returning its ETag (hex MD5, as S3 does).
+    pub fn upload_part(&self, id: &str, number: i32, data: Bytes) -> Result<String, UploadError> {
+        let mut uploads = self.uploads.lock().unwrap();
+        let u = uploads.get_mut(id).ok_or(UploadError::NoSuchUpload)?;
+        if !(1..=10_000).contains(&number) {
+            return Err(UploadError::InvalidPart(number));
+        }
+        let etag = hex::encode(Md5::digest(&data));
+        u.parts.insert(number, data);
+        Ok(etag)
+    }
+
+    /// Joins the listed parts (ascending, each with its ETag) into the object.
+    /// The ETag is S3's: MD5 of the parts' MD5s, then `-N`.
+    pub fn complete_upload(
+        &self,
+        id: &str,
+        listed: &[(i32, String)],
+    ) -> Result<(String, String, String), UploadError> {
+        let mut uploads = self.uploads.lock().unwrap();
+        let u = uploads.get(id).ok_or(UploadError::NoSuchUpload)?;
+        let mut data = bytes::BytesMut::new();
+        let mut digests = Vec::new();
+        let mut last = 0;
+        for (n, etag) in listed {
+            if *n <= last {
+                return Err(UploadError::InvalidPartOrder);
+            }
+            last = *n;
+            let part = u.parts.get(n).ok_or(UploadError::InvalidPart(*n))?;
+            let digest = Md5::digest(part);
+            if hex::encode(digest) != etag.trim_matches('"') {
+                return Err(UploadError::InvalidPart(*n));
+            }
+            digests.extend_from_slice(&digest);
+            data.extend_from_slice(part);
+        }
+        let etag = format!("{}-{}", hex::encode(Md5::digest(&digests)), listed.len());
+        let mut obj = StoredObject::new(data.freeze());
+        obj.etag = etag.clone();
+        let (bucket, key) = (u.bucket.clone(), u.key.clone());
+        {
+            let mut b = self.buckets.write().unwrap();
+            b.get_mut(&bucket)
+                .ok_or(UploadError::Missing(Missing::Bucket))?
+                .objects
+                .insert(key.clone(), obj);
+        }
+        uploads.remove(id);
+        Ok((bucket, key, etag))
+    }
+
+    pub fn abort_upload(&self, id: &str) -> Result<(), UploadError> {
+        self.uploads
+            .lock()
+            .unwrap()
+            .remove(id)
+            .map(drop)
+            .ok_or(UploadError::NoSuchUpload)
     }
 
     pub fn delete(&self, bucket: &str, key: &str) -> Result<(), Missing> {
