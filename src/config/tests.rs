@@ -280,3 +280,81 @@ fn wrong_type_names_key_and_line() {
     assert_eq!(e.key, "cluster.read_window");
     assert!(e.message.contains("line 3"), "{e}");
 }
+
+#[test]
+fn gateway_cluster_keys() {
+    let c = parse(
+        "[cluster]\nnodes = [\"a:1\"]\nmode = \"eventual\"\nhop_limit = 2\npeers = [\"G:9\"]\nbreaker_failures = 5\nbreaker_cooldown = \"1m\"\npeer_concurrency = 8\npeer_queue_wait = \"50ms\"\n",
+    )
+    .unwrap();
+    let cl = c.cluster().unwrap();
+    assert_eq!(cl.mode, ClusterMode::Eventual);
+    assert_eq!(cl.hop_limit, 2);
+    assert_eq!(cl.peers, vec!["g:9".to_owned()]);
+    assert_eq!(cl.breaker.failures, 5);
+    assert_eq!(cl.breaker.cooldown, Duration::from_secs(60));
+    assert_eq!(cl.peer_concurrency, 8);
+    assert_eq!(cl.peer_queue_wait, Duration::from_millis(50));
+    let d = parse("[cluster]\nnodes = [\"a:1\"]\n").unwrap();
+    assert_eq!(d.cluster().unwrap().mode, ClusterMode::Strong);
+    assert_eq!(d.cluster().unwrap().hop_limit, 1);
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nmode = \"weak\"\n",
+        "cluster.mode",
+        "not a mode",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nbreaker_failures = 0\n",
+        "cluster.breaker_failures",
+        "at least 1",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\npeer_concurrency = 0\n",
+        "cluster.peer_concurrency",
+        "at least 1",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\npeers = [\"nohost\"]\n",
+        "cluster.peers",
+        "no port",
+    );
+    refused(
+        "[gateway]\nwrite = true\n",
+        "gateway.write",
+        "unknown field",
+    );
+}
+
+#[test]
+fn rules_are_checked() {
+    let c = parse("[[rules]]\npattern = \"b/**\"\npage_size = \"16MiB\"\nttl = \"1h\"\n").unwrap();
+    assert_eq!(c.rules.len(), 1);
+    assert_eq!(c.rules[0].block_size, Some(16 << 20));
+    assert!(c.rules[0].matcher.is_match("b/x/y"));
+    refused(
+        "[[rules]]\ncache = true\n",
+        "rules[0].pattern",
+        "needs a pattern",
+    );
+    refused(
+        "[[rules]]\npattern = \"b/**\"\n[[rules]]\npattern = \"b/[x\"\n",
+        "rules[1].pattern",
+        "not a glob",
+    );
+    refused(
+        "[[rules]]\npattern = \"b/**\"\nblock_size = \"1MiB\"\npage_size = \"1MiB\"\n",
+        "rules[0].page_size",
+        "not both",
+    );
+    refused(
+        "[[rules]]\npattern = \"b/**\"\ncache = false\nttl = \"1s\"\n",
+        "rules[0].cache",
+        "caches nothing",
+    );
+    refused(
+        "[[rules]]\npattern = \"b/**\"\nblock_size = \"1KiB\"\n",
+        "rules[0].block_size",
+        "out of range",
+    );
+    refused("[node]\nmax_age = \"0s\"\n", "node.max_age", "");
+}
