@@ -90,6 +90,9 @@ pub fn list_xml(data: &[u8]) {
 struct Fuzzed {
     rt: tokio::runtime::Runtime,
     app: Arc<crate::App>,
+    /// Open (no auth), taking writes, with caching rules: fuzzed requests reach
+    /// every handler here, not just the signature check.
+    open: Arc<crate::App>,
 }
 
 /// One node with SigV4 keys, built once per process. Its origin is a closed port,
@@ -122,7 +125,28 @@ secret_access_key = "{NODE_SECRET}"
             .block_on(async { crate::build(&cfg, &crate::Overrides::default()) })
             .expect("fuzz node")
             .0;
-        Fuzzed { rt, app }
+        let open_toml = r#"[origin]
+endpoint = "http://127.0.0.1:9"
+max_attempts = 1
+[origin.credentials]
+anonymous = true
+[node]
+listen = "127.0.0.1:0"
+[auth]
+mode = "none"
+[gateway]
+writes = true
+[[rules]]
+pattern = "bucket/cached/**"
+page_size = "64KiB"
+ttl = "1s"
+"#;
+        let open_cfg = Config::parse(open_toml, "fuzz-open.toml", &NoEnv).expect("open config");
+        let open = rt
+            .block_on(async { crate::build(&open_cfg, &crate::Overrides::default()) })
+            .expect("open fuzz node")
+            .0;
+        Fuzzed { rt, app, open }
     })
 }
 
@@ -142,9 +166,20 @@ pub fn request(data: &[u8]) {
             req = req.header(n.trim(), v.trim());
         }
     }
-    let Ok(req) = req.body(s3s::Body::from(Bytes::copy_from_slice(body.as_bytes()))) else {
+    let Ok(mut req) = req.body(s3s::Body::from(Bytes::copy_from_slice(body.as_bytes()))) else {
         return;
     };
+    // The same request, unsigned, to the open node (as the server does with auth off).
+    let mut open = http::Request::builder()
+        .method(req.method().clone())
+        .uri(req.uri().clone())
+        .body(s3s::Body::from(Bytes::copy_from_slice(body.as_bytes())))
+        .expect("parts of a valid request");
+    *open.headers_mut() = req.headers().clone();
+    open.headers_mut().remove(http::header::AUTHORIZATION);
+    let n = node();
+    let _ = n.rt.block_on(n.open.s3.call(open));
+    req.headers_mut().remove("x-fuzz-none");
     send(req);
 }
 
