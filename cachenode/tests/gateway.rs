@@ -795,3 +795,37 @@ fn md5_hex(b: &[u8]) -> String {
         .map(|x| format!("{x:02x}"))
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_is_done_at_the_origin_even_when_no_node_can_be_told() {
+    let origin = origin().await;
+    // The only other node is unreachable: every invalidation batch fails.
+    let dead: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let a = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &format!(
+            "{}[gateway]\nwrites = true\n",
+            cluster_toml(&[dead], &[], "mode = \"eventual\"")
+        ),
+    )))
+    .await;
+    origin.put(BUCKET, "gone", data(5000, 46));
+    assert_eq!(get(a.addr, "gone", None).await.unwrap().len(), 5000);
+    client(a.addr).delete_object(BUCKET, "gone").await.unwrap();
+    assert!(
+        origin.get(BUCKET, "gone").is_none(),
+        "the delete reached the origin"
+    );
+    let r = get(a.addr, "gone", None).await;
+    assert!(
+        matches!(r, Err(ref e) if matches!(e.cause(), S3Error::NoSuchKey { .. })),
+        "{r:?}"
+    );
+    until(
+        a.addr,
+        "shoal_node_fanout_batches_total{kind=\"failed\"}",
+        1.0,
+    )
+    .await;
+}
