@@ -112,6 +112,12 @@ pub fn build(
             None
         },
     });
+    if cfg.gateway.writes && matches!(auth, AuthConfig::None) {
+        return Err(format!(
+            "{}: gateway.writes takes writes from authenticated clients only, and auth.mode is \"none\"",
+            cfg.file
+        ));
+    }
     if cfg.gateway.warm_on_write && reader.is_none() {
         return Err(format!(
             "{}: gateway.warm_on_write needs a [cluster] whose owners fetch the blocks",

@@ -488,7 +488,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
-fn a_bad_rule_stops_the_node_at_start() {
+fn a_bad_rule_or_open_writes_stop_the_node_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(
@@ -505,6 +505,21 @@ fn a_bad_rule_stops_the_node_at_start() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("rules[0].pattern"), "{err}");
     assert!(err.contains("not a glob"), "{err}");
+
+    // Writes need authenticated clients.
+    std::fs::write(
+        &path,
+        "[origin]\nendpoint = \"http://127.0.0.1:1\"\n[origin.credentials]\nanonymous = true\n[node]\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[gateway]\nwrites = true\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("gateway.writes"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
