@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+# The chaos test puts nodes in network namespaces (ip netns, veth).
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
