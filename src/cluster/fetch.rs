@@ -91,8 +91,12 @@ impl ClusterReader {
                         last = cause_of(&e);
                         if matches!(last, Fallback::Connect | Fallback::FirstByte) {
                             self.router.mark_down(&node);
-                        } else {
-                            // It answers, but with failures: the breaker's business.
+                        } else if matches!(
+                            e.cause(),
+                            S3Error::Server { .. } | S3Error::Throttled { .. } | S3Error::Protocol { .. }
+                        ) {
+                            // It answers, but with failures: the breaker's business. A
+                            // reset connection (a node restarting) is not counted.
                             self.router.failure(&node);
                         }
                         self.log_failure(&node, &e);
