@@ -15,7 +15,12 @@ fn replay(target: &str, run: fn(&[u8])) {
         .collect();
     entries.sort();
     for path in entries {
-        let data = std::fs::read(&path).unwrap();
+        // A fuzzer working on the corpus may remove files under us.
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => panic!("{}: {e}", path.display()),
+        };
         let r = std::panic::catch_unwind(|| run(&data));
         assert!(r.is_ok(), "{target}: {} panicked", path.display());
         n += 1;
