@@ -70,11 +70,18 @@ pub fn build(
             },
         )
     });
+    let listen = over.listen.unwrap_or(node_cfg.listen);
+    // This node's own entry in the cluster: as configured, or its listen address.
+    let self_id = node_cfg
+        .id
+        .clone()
+        .or_else(|| (!listen.ip().is_unspecified()).then(|| listen.to_string()));
     let upstream = match (cfg.cluster(), &reader) {
         (Some(c), Some(r)) if c.mode == shoal::config::ClusterMode::Strong => {
             Some(node::Upstream {
                 reader: r.clone(),
                 hop_limit: c.hop_limit,
+                self_id: self_id.clone(),
             })
         }
         _ => None,
@@ -99,9 +106,6 @@ pub fn build(
         None => e.to_string(),
     })?;
     let node = Arc::new(node);
-    let listen = over.listen.unwrap_or(node_cfg.listen);
-    // Invalidations skip this node itself when its address names it.
-    let self_id = (!listen.ip().is_unspecified()).then(|| listen.to_string());
     let fanout = cfg
         .cluster()
         .map(|c| Arc::new(fanout::Fanout::start(node.clone(), c, self_id)));

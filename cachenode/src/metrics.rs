@@ -79,6 +79,8 @@ pub struct Metrics {
     pub hop_requests: Counter,
     /// Misses a gateway did not forward because the request was at its hop limit.
     pub hop_limited: Counter,
+    /// Misses of blocks this gateway owns itself (fetched from the origin).
+    pub owned_misses: Counter,
     /// Misses a gateway forwarded, by the hop count the request arrived with.
     pub forwarded: Family<HopLabel, Counter>,
     /// Blocks a gateway fetched through the cluster, and their bytes.
@@ -120,6 +122,11 @@ impl Metrics {
             "hop_limited",
             "Misses not forwarded because the request was at the hop limit",
             self.hop_limited.clone(),
+        );
+        p.register(
+            "owned_misses",
+            "Misses of blocks a gateway owns itself, fetched from the origin",
+            self.owned_misses.clone(),
         );
         p.register(
             "forwarded",

@@ -53,6 +53,26 @@ pub struct Upstream {
     pub reader: Arc<ClusterReader>,
     /// Requests that already passed this many nodes are never forwarded again.
     pub hop_limit: u32,
+    /// This node's id in the cluster, when its listen address names it: its own
+    /// blocks go to the origin instead of to itself.
+    pub self_id: Option<String>,
+}
+
+impl Upstream {
+    fn owns(&self, bucket: &str, key: &str, at: u64) -> bool {
+        let Some(me) = &self.self_id else {
+            return false;
+        };
+        let block = shoal::route::BlockId {
+            bucket,
+            key,
+            index: at / self.reader.block_size(),
+        };
+        let set = self.reader.router().membership().current();
+        set.rank_ids(&block)
+            .first()
+            .is_some_and(|owner| *owner == me)
+    }
 }
 
 /// A request as it arrived: how many nodes it passed through.
@@ -138,9 +158,14 @@ impl Node {
         self.rules.policy(bucket, key)
     }
 
-    /// Whether a request that came `via` goes to the cluster on a miss.
-    fn forwards(&self, via: Via) -> bool {
+    /// Whether a miss of `bucket/key` at byte `at`, asked `via`, goes to the
+    /// cluster: not at the hop limit, and not when this node owns the block.
+    fn forwards(&self, via: Via, bucket: &str, key: &str, at: u64) -> bool {
         match &self.upstream {
+            Some(u) if u.owns(bucket, key, at) => {
+                self.metrics.owned_misses.inc();
+                false
+            }
             Some(u) if via.hop < u.hop_limit => {
                 self.metrics
                     .forwarded
@@ -209,7 +234,7 @@ impl Node {
                 _ => {}
             }
         }
-        let forward = self.forwards(via);
+        let forward = self.forwards(via, bucket, key, 0);
         let origin = self.origin.clone();
         let (b, k, m) = (
             bucket.to_owned(),
@@ -395,7 +420,7 @@ impl Node {
             }
             self.metrics.misses.get_or_create(&metrics::DISK).inc();
         }
-        let forward = self.forwards(via);
+        let forward = self.forwards(via, bucket, key, index * bs);
         let mut tries = 0;
         loop {
             tries += 1;

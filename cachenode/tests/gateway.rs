@@ -152,31 +152,67 @@ async fn gateway_misses_land_on_owners_and_a_second_gateway_costs_no_origin_get(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateways_listing_each_other_forward_at_most_once() {
     let origin = origin().await;
+    // A's only node is B and B's only node is A: every miss would bounce.
     let (la, lb) = (listener().await, listener().await);
-    let ids = [la.local_addr().unwrap(), lb.local_addr().unwrap()];
-    let cfg = parse(&node_toml(&origin, "", &cluster_toml(&ids, &[], "")));
-    let a = start_node_on(&cfg, la).await;
-    let b = start_node_on(&cfg, lb).await;
-    let body = data(8 * MIB, 32);
-    origin.put(BUCKET, "loop", body.clone());
+    let (a_id, b_id) = (la.local_addr().unwrap(), lb.local_addr().unwrap());
+    let a = start_node_on(
+        &parse(&node_toml(&origin, "", &cluster_toml(&[b_id], &[], ""))),
+        la,
+    )
+    .await;
+    let b = start_node_on(
+        &parse(&node_toml(&origin, "", &cluster_toml(&[a_id], &[], ""))),
+        lb,
+    )
+    .await;
+    let (one, two) = (data(8 * MIB, 32), data(8 * MIB, 132));
+    origin.put(BUCKET, "loop1", one.clone());
+    origin.put(BUCKET, "loop2", two.clone());
     origin.stats.reset();
-    assert_eq!(get(a.addr, "loop", None).await.unwrap(), body);
-    assert_eq!(get(b.addr, "loop", None).await.unwrap(), body);
-    // Every block came from the origin exactly once, whichever node owns it.
-    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "loop"), 8);
+    assert_eq!(get(a.addr, "loop1", None).await.unwrap(), one);
+    assert_eq!(get(b.addr, "loop2", None).await.unwrap(), two);
+    assert_eq!(get(b.addr, "loop1", None).await.unwrap(), one);
+    // Every block came from the origin exactly once.
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "loop1"), 8);
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "loop2"), 8);
     for n in [&a, &b] {
         let text = scrape(n.addr).await;
-        let arrived = metric(&text, "shoal_node_hop_requests_total");
-        assert!(arrived > 0.0, "{}: both gateways own blocks", n.addr);
+        assert!(metric(&text, "shoal_node_hop_requests_total") > 0.0);
         assert!(metric(&text, "shoal_node_forwarded_total{hop=\"0\"}") > 0.0);
-        // Nothing that arrived from another node was forwarded again.
+        // What arrived from the other gateway was served, never sent back.
+        assert!(metric(&text, "shoal_node_hop_limited_total") > 0.0);
         assert_eq!(
             metric(&text, "shoal_node_forwarded_total{hop=\"1\"}"),
             0.0,
             "{}: a forwarded request was forwarded again",
             n.addr
         );
-        assert!(metric(&text, "shoal_node_hop_limited_total") > 0.0);
+    }
+
+    // Gateways that each list both: their own blocks they fetch themselves, never
+    // asking themselves over the network.
+    let (lc, ld) = (listener().await, listener().await);
+    let ids = [lc.local_addr().unwrap(), ld.local_addr().unwrap()];
+    let cfg = parse(&node_toml(&origin, "", &cluster_toml(&ids, &[], "")));
+    let c = start_node_on(&cfg, lc).await;
+    let d = start_node_on(&cfg, ld).await;
+    let three = data(8 * MIB, 232);
+    origin.put(BUCKET, "loop3", three.clone());
+    assert_eq!(get(c.addr, "loop3", None).await.unwrap(), three);
+    assert_eq!(get(d.addr, "loop3", None).await.unwrap(), three);
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "loop3"), 8);
+    for n in [&c, &d] {
+        let text = scrape(n.addr).await;
+        assert!(metric(&text, "shoal_node_owned_misses_total") > 0.0);
+        assert_eq!(
+            metric(
+                &text,
+                &format!("shoal_client_node_requests_total{{node=\"{}\"}}", n.addr)
+            ),
+            0.0,
+            "{} sent requests to itself",
+            n.addr
+        );
     }
 }
 

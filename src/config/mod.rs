@@ -250,6 +250,9 @@ pub struct NodeConfig {
     /// requests always work.
     pub domains: Vec<String>,
     pub max_age: Duration,
+    /// This node's entry in `[cluster] nodes` (`host:port`), when its listen
+    /// address does not name it (`0.0.0.0`, a DNS name in the list).
+    pub id: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -868,6 +871,10 @@ impl Validator<'_> {
             zone: n.zone,
             domains: n.domains.unwrap_or_default(),
             max_age: self.positive("node.max_age", n.max_age.map_or(defaults::MAX_AGE, |d| d.0))?,
+            id: n
+                .id
+                .map(|i| canonical_node_id(&i).map_err(|m| self.err("node.id", m)))
+                .transpose()?,
         })
     }
 

@@ -132,6 +132,7 @@ pub struct RawNode {
     pub zone: Option<String>,
     pub domains: Option<Vec<String>>,
     pub max_age: Option<Dur>,
+    pub id: Option<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]
