@@ -323,6 +323,9 @@ fn gateway_cluster_keys() {
         "gateway.write",
         "unknown field",
     );
+    let n = parse("[node]\nid = \"Node-1.svc:9000\"\n").unwrap();
+    assert_eq!(n.node().unwrap().id.as_deref(), Some("node-1.svc:9000"));
+    refused("[node]\nid = \"node-1\"\n", "node.id", "no port");
 }
 
 #[test]
