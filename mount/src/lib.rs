@@ -181,6 +181,7 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
             mountpoint.display()
         )
     })?;
+    let connection = connection_id(&mountpoint);
     raise_readahead(
         &mountpoint,
         spec.config.cluster().map_or(8, |c| c.read_window) as u64 * 1024,
@@ -209,12 +210,34 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
     });
     if stopped_by_signal {
         tracing::info!("unmounting {}", mountpoint.display());
-        if let Err(e) = session.umount_and_join() {
-            tracing::warn!("unmount failed ({e}); detaching lazily");
-            let _ = std::process::Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&mountpoint)
-                .status();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(session.umount_and_join());
+        });
+        match done.recv_timeout(UNMOUNT_WAIT) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!("unmount failed ({e}); detaching lazily");
+                let _ = std::process::Command::new("fusermount3")
+                    .arg("-uz")
+                    .arg(&mountpoint)
+                    .status();
+            }
+            // Unmounted here, but the FUSE connection lives on: a mount namespace
+            // made after the mount (a container, a sandboxed service) holds a copy
+            // of it, so the kernel keeps asking us. End the connection instead of
+            // hanging: through fusectl when it is mounted, else by exiting, which
+            // closes /dev/fuse. Reads through such copies then fail, as after any
+            // unmount.
+            Err(_) => {
+                tracing::warn!(
+                    "{} is still held by another mount namespace; ending its FUSE connection",
+                    mountpoint.display()
+                );
+                if connection.is_some_and(abort_connection) {
+                    let _ = done.recv_timeout(UNMOUNT_WAIT);
+                }
+            }
         }
     } else {
         tracing::info!("{} was unmounted", mountpoint.display());
@@ -222,6 +245,30 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
     }
     rt.shutdown_timeout(Duration::from_secs(2));
     Ok(())
+}
+
+/// How long SIGTERM waits for the FUSE session to end after unmounting.
+const UNMOUNT_WAIT: Duration = Duration::from_secs(3);
+
+/// The mount's FUSE connection number (its device minor), as named under
+/// `/sys/fs/fuse/connections/`.
+fn connection_id(mountpoint: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(mountpoint).ok()?;
+    Some(libc::minor(meta.dev()))
+}
+
+/// Ends a FUSE connection from the kernel side: every pending and future request
+/// fails, and the session's reads of /dev/fuse return.
+fn abort_connection(id: u32) -> bool {
+    let path = format!("/sys/fs/fuse/connections/{id}/abort");
+    match std::fs::write(&path, "1") {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!("cannot abort the FUSE connection ({path}): {e}; exiting ends it");
+            false
+        }
+    }
 }
 
 /// Lets the kernel read ahead `kb` KiB on this mount (it grants only 128 KiB at

@@ -354,3 +354,28 @@ async fn unmount_with_a_read_in_flight_neither_hangs_nor_crashes() {
     assert!(!is_mounted(&m.mnt), "still mounted");
     o.faults.clear();
 }
+
+/// A mount namespace made after the mount (a container, a sandboxed service) holds
+/// a copy of it, so unmounting ours does not end the FUSE connection; SIGTERM must
+/// still end the daemon promptly rather than wait on it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_daemon_while_another_mount_namespace_holds_a_copy() {
+    let o = origin().await;
+    o.put(BUCKET, "x.txt", &b"present"[..]);
+    let mut m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &[]);
+    assert_eq!(std::fs::read(m.path("x.txt")).unwrap(), b"present");
+    let mut holder = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "slave", "sleep", "60"])
+        .spawn()
+        .expect("unshare runs (util-linux, as root)");
+    // Until the namespace exists the copy does not either.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let status = m.stop(Duration::from_secs(15));
+    let took = started.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(status.success(), "shoal-mount exit: {status}");
+    assert!(!is_mounted(&m.mnt), "still mounted");
+    eprintln!("stopped in {took:?} with a copy held elsewhere");
+}
