@@ -89,7 +89,9 @@ pub struct Node {
     /// Keyed by block and by whether the fetch goes upstream, so that a forwarded
     /// request that comes back to this node never waits on its own forward.
     blocks: Coalescer<(BlockKey, bool), (Bytes, ObjectMeta)>,
-    heads: Coalescer<(String, String, Option<String>, bool), ObjectMeta>,
+    /// Keyed by where the answer comes from (0 origin, 1 owner's block 0, 2
+    /// owner's HEAD), for the same reason as `blocks`.
+    heads: Coalescer<(String, String, Option<String>, u8), ObjectMeta>,
     metas: Mutex<HashMap<(String, String), (ObjectMeta, Instant)>>,
     block_size: u64,
     revalidate_after: Duration,
@@ -225,6 +227,20 @@ impl Node {
         if_match: Option<&str>,
         via: Via,
     ) -> Result<ObjectMeta, S3Error> {
+        self.resolve_for(bucket, key, if_match, via, true).await
+    }
+
+    /// [`Self::resolve`]; `reading` says a GET follows, so a gateway may as well
+    /// learn the version by fetching block 0 from its owner (a HEAD asks the owner
+    /// with a HEAD and moves no block).
+    pub async fn resolve_for(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+        via: Via,
+        reading: bool,
+    ) -> Result<ObjectMeta, S3Error> {
         let policy = self.policy(bucket, key);
         if let Some((meta, age)) = self.known_fresh(bucket, key, &policy).await {
             match if_match {
@@ -248,15 +264,23 @@ impl Node {
             })
             .inc();
         let upstream = self.upstream.as_ref().map(|u| u.reader.clone());
+        let route: u8 = match (forward, reading) {
+            (false, _) => 0,
+            (true, true) => 1,
+            (true, false) => 2,
+        };
         let (r, _) = self
             .heads
-            .run((b.clone(), k.clone(), m.clone(), forward), async move {
+            .run((b.clone(), k.clone(), m.clone(), route), async move {
                 match upstream {
                     // The owner of block 0 knows the version (and keeps block 0).
-                    Some(reader) if forward => reader
+                    Some(reader) if forward && reading => reader
                         .open_forwarded(&b, &k, None, m.as_deref(), via.hop)
                         .await
                         .map(|h| h.meta().clone()),
+                    Some(reader) if forward => {
+                        reader.head_forwarded(&b, &k, m.as_deref(), via.hop).await
+                    }
                     _ => {
                         let mut req = GetObject::new(b, k);
                         req.if_match = m;

@@ -175,7 +175,11 @@ impl NodeApi {
                     .resolve_pinned(bucket, key, etag, index, via)
                     .await
             }
-            _ => self.node.resolve(bucket, key, pinned.as_deref(), via).await,
+            _ => {
+                self.node
+                    .resolve_for(bucket, key, pinned.as_deref(), via, get)
+                    .await
+            }
         }
         .map_err(s3_error)?;
         if let Some(c) = if_none_match {

@@ -880,3 +880,46 @@ async fn a_delete_is_done_at_the_origin_even_when_no_node_can_be_told() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
+    let origin = origin().await;
+    let owners = owners(&origin, 2).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let gw = start_node(&parse(&node_toml(
+        &origin,
+        "",
+        &cluster_toml(&ids, &[], ""),
+    )))
+    .await;
+    let body = data(3 * MIB, 47);
+    let etag = origin.put(BUCKET, "h/obj", body);
+    origin.stats.reset();
+    let meta = client(gw.addr)
+        .head_object(&GetObject::new(BUCKET, "h/obj"))
+        .await
+        .unwrap();
+    assert_eq!(meta.size, 3 * MIB as u64);
+    assert_eq!(meta.etag, etag);
+    let s = origin.stats.snapshot();
+    assert_eq!(s.count("GET"), 0, "a HEAD made the origin send bytes");
+    assert_eq!(s.count("HEAD"), 1, "the owner asked the origin once");
+    let t = scrape(gw.addr).await;
+    assert_eq!(metric(&t, "shoal_node_cluster_fetches_total"), 0.0);
+    assert_eq!(
+        metric(&t, "shoal_client_blocks_total{source=\"node\"}"),
+        0.0
+    );
+    // A missing key is an answer from the owner, not a fallback.
+    let missing = client(gw.addr)
+        .head_object(&GetObject::new(BUCKET, "h/none"))
+        .await;
+    assert!(matches!(missing, Err(ref e) if matches!(e.cause(), S3Error::NoSuchKey { .. })));
+    assert_eq!(
+        metric(
+            &scrape(gw.addr).await,
+            "shoal_client_fallbacks_total{cause=\"error\"}"
+        ),
+        0.0
+    );
+}

@@ -232,6 +232,56 @@ impl ClusterReader {
         })))
     }
 
+    /// The version of `bucket/key` as the owner of its block 0 knows it, for a
+    /// gateway's HEAD that already passed `hops` nodes: no block moves, unlike
+    /// [`Self::open_forwarded`]. The origin answers when the owner cannot.
+    pub async fn head_forwarded(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+        hops: u32,
+    ) -> Result<ObjectMeta, S3Error> {
+        let mut req = GetObject::new(bucket, key);
+        req.if_match = if_match.map(str::to_owned);
+        let block = crate::route::BlockId {
+            bucket,
+            key,
+            index: 0,
+        };
+        let cause = match self.router.pick(&block) {
+            Ok(pick) => {
+                let client = self.node_client(pick.node.id());
+                let _inflight = self.router.begin(&pick.node);
+                self.metrics
+                    .node_requests
+                    .get_or_create(&metrics::NodeLabel {
+                        node: pick.node.id().to_owned(),
+                    })
+                    .inc();
+                let mut hreq = req.clone();
+                hreq.hop = hops + 1;
+                match client.head_object(&hreq).await {
+                    Ok(meta) => {
+                        self.router.success(&pick.node);
+                        return Ok(meta);
+                    }
+                    Err(e) if e.is_answer() => return Err(e),
+                    Err(e) => {
+                        if matches!(e.cause(), S3Error::Connect { .. }) {
+                            self.router.mark_down(&pick.node);
+                        }
+                        super::metrics::Fallback::Error
+                    }
+                }
+            }
+            Err(crate::route::state::NoNode::Empty) => super::metrics::Fallback::NoNodes,
+            Err(crate::route::state::NoNode::AllDown) => super::metrics::Fallback::Down,
+        };
+        self.metrics.fallbacks.get_or_create(&cause.label()).inc();
+        self.origin.head_object(&req).await
+    }
+
     /// Learns size and ETag by fetching block 0 through the cluster (keeping it).
     async fn learn(
         &self,
