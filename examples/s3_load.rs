@@ -2,9 +2,11 @@
 //! object for a while, through any S3 endpoint (origin, node, or a proxy).
 //!
 //! `s3_load --endpoint URL --bucket B --key K --size BYTES [--block BYTES]
-//!  [--concurrency 8] [--seconds 5] [--warm]` with keys in `SHOAL_LOAD_ACCESS_KEY` /
+//!  [--concurrency 8] [--seconds 5] [--warm | --once]` with keys in `SHOAL_LOAD_ACCESS_KEY` /
 //! `SHOAL_LOAD_SECRET_KEY`. `Range` is left out of the signature, so a proxy may
-//! rewrite it. Prints one line: `MB/s=... requests=... errors=...`.
+//! rewrite it. Prints one line: `MB/s=... requests=... errors=...`. `--once` instead
+//! reads every block exactly once (N at a time) and reports that single pass: a
+//! cold read when nothing has been read before.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -32,6 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conc: usize = arg(&args, "--concurrency").map_or(Ok(8), |s| s.parse())?;
     let secs: f64 = arg(&args, "--seconds").map_or(Ok(5.0), |s| s.parse())?;
     let warm = args.iter().any(|a| a == "--warm");
+    let once = args.iter().any(|a| a == "--once");
     let creds = match (
         std::env::var("SHOAL_LOAD_ACCESS_KEY"),
         std::env::var("SHOAL_LOAD_SECRET_KEY"),
@@ -63,6 +66,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let blocks = size.div_ceil(block);
     let range = move |i: u64| ByteRange::span(i * block, ((i + 1) * block).min(size));
+    if once {
+        let start = Instant::now();
+        let (mut bytes, mut errors) = (0u64, 0u64);
+        let mut results = futures_util::stream::iter(0..blocks)
+            .map(|i| {
+                let c = client.clone();
+                let req = GetObject::new(&bucket, &key).range(range(i));
+                async move { c.get_bytes(&req).await.map(|(_, b)| b.len() as u64) }
+            })
+            .buffer_unordered(conc);
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(n) => bytes += n,
+                Err(_) => errors += 1,
+            }
+        }
+        let s = start.elapsed().as_secs_f64();
+        println!(
+            "MB/s={:.1} requests={blocks} errors={errors}",
+            bytes as f64 / s / 1e6
+        );
+        return Ok(());
+    }
     if warm {
         // Every block once, in parallel, so the measured pass is all hits.
         futures_util::stream::iter(0..blocks)
