@@ -73,7 +73,10 @@ pub fn config(data: &[u8]) {
         let _ = cfg.node();
         let _ = cfg.auth();
         let _ = cfg.cluster();
-        let _ = crate::build(&cfg, &crate::Overrides::default());
+        // A node's background tasks (fan-out, DNS refresh) need a runtime.
+        let n = node();
+        let _ =
+            n.rt.block_on(async { crate::build(&cfg, &crate::Overrides::default()).map(drop) });
     }
 }
 

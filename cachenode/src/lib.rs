@@ -33,7 +33,9 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
 }
 
-/// Builds the node's app from a validated config.
+/// Builds the node's app from a validated config. Must be called inside a tokio
+/// runtime: a node with a `[cluster]` starts background tasks (invalidation
+/// fan-out, DNS membership refresh).
 pub fn build(
     cfg: &Config,
     over: &Overrides,
