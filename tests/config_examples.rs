@@ -38,6 +38,47 @@ fn every_example_config_loads() {
     assert!(node.origin().is_ok() && node.node().is_ok() && node.auth().is_ok());
     let gw = shoal::config::Config::load(&root.join("gateway.toml")).unwrap();
     assert_eq!(gw.cluster().unwrap().block_size, 4 << 20);
+
+    // The configs shipped inside the Kubernetes ConfigMap load too.
+    let cm = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes/configmap.yaml"),
+    )
+    .unwrap();
+    let mut found = 0;
+    for (name, body) in embedded_files(&cm) {
+        let cfg = shoal::config::Config::parse(&body, &name, &shoal::config::ProcessEnv)
+            .unwrap_or_else(|e| panic!("configmap {e}"));
+        if name == "node.toml" {
+            assert!(cfg.node().is_ok() && cfg.auth().is_ok());
+            assert!(cfg.cluster().is_some(), "node pods pass purges on");
+        }
+        found += 1;
+    }
+    assert_eq!(found, 2, "node.toml and mount.toml in the ConfigMap");
+}
+
+/// `  NAME: |` blocks of a ConfigMap's data, dedented.
+fn embedded_files(yaml: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in yaml.lines() {
+        if let Some(name) = line
+            .strip_prefix("  ")
+            .and_then(|l| l.strip_suffix(": |"))
+            .filter(|n| !n.starts_with(' '))
+        {
+            out.push((name.to_owned(), String::new()));
+        } else if let Some((_, body)) = out.last_mut() {
+            if let Some(l) = line.strip_prefix("    ") {
+                body.push_str(l);
+                body.push('\n');
+            } else if line.trim().is_empty() {
+                body.push('\n');
+            } else {
+                break;
+            }
+        }
+    }
+    out
 }
 
 #[test]

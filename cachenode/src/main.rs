@@ -10,13 +10,20 @@ use shoal::config::Config;
 /// An S3-compatible cache node: ranged GETs served from RAM, then local disk, then
 /// the origin bucket (one origin fetch per block however many ask).
 ///
+/// With a [cluster] section it is a gateway: misses of blocks it does not own go to
+/// their owner nodes (mode = "strong", the default), and purges, overwrites and
+/// deletes are passed on to every node. [gateway] writes = true forwards PUT,
+/// multipart uploads and DELETE to the origin; [[rules]] decide what is cached.
+///
 /// Clients sign requests with a key from the config's [auth] section (SigV4 header
-/// or presigned URL). GET /healthz answers "ok"; GET /metrics is Prometheus text.
+/// or presigned URL). GET /healthz answers "ok"; GET /metrics is Prometheus text;
+/// a signed POST /BUCKET?shoal-purge&prefix=P (or &key=K) drops cached data.
 /// SIGTERM or SIGINT stops accepting and drains open requests.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
-    /// The TOML config ([origin], [node], [cache], [auth], optional [tls]).
+    /// The TOML config ([origin], [node], [cache], [auth]; optional [tls], [cluster],
+    /// [gateway], [[rules]]).
     #[arg(long, short, value_name = "FILE")]
     config: PathBuf,
     /// Listen address, overriding node.listen.
