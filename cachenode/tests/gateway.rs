@@ -341,7 +341,7 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     let origin = origin().await;
     let dir = tempfile::tempdir().unwrap();
     // Real processes, so one can be paused through the purge.
-    let mut procs = Vec::new();
+    let mut procs = Procs(Vec::new());
     for i in 0..3 {
         let path = dir.path().join(format!("o{i}.toml"));
         std::fs::write(
@@ -349,9 +349,9 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
             node_toml(&origin, "revalidate_after = \"1h\"\nmax_age = \"2s\"", ""),
         )
         .unwrap();
-        procs.push(spawn(&path));
+        procs.0.push(spawn(&path));
     }
-    let ids: Vec<SocketAddr> = procs.iter().map(|p| p.1).collect();
+    let ids: Vec<SocketAddr> = procs.0.iter().map(|p| p.1).collect();
     let a = start_node(&parse(&node_toml(
         &origin,
         "",
@@ -369,7 +369,7 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     let learned = Instant::now();
     let new = data(100_001, 37);
     origin.put(BUCKET, "p/a", new.clone());
-    signal(&procs[2].0, "-STOP");
+    signal(&procs.0[2].0, "-STOP");
     let answer = client(a.addr)
         .purge(BUCKET, Purge::Prefix("p/"), false)
         .await
@@ -393,7 +393,7 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
             1.0
         );
     }
-    signal(&procs[2].0, "-CONT");
+    signal(&procs.0[2].0, "-CONT");
     // The paused node missed the purge; past max_age it asks the origin again.
     let wait = Duration::from_millis(2100).saturating_sub(learned.elapsed());
     tokio::time::sleep(wait).await;
@@ -404,9 +404,20 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     );
     let pinned_old = get(ids[2], "p/a", Some(&e_old)).await;
     assert!(pinned_old.is_err(), "old version served after max_age");
-    for (mut c, _) in procs {
-        let _ = c.kill();
-        let _ = c.wait();
+}
+
+/// Node processes, killed (and resumed first) however the test ends.
+struct Procs(Vec<(std::process::Child, SocketAddr)>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
