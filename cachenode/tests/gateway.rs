@@ -394,14 +394,21 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
         );
     }
     signal(&procs.0[2].0, "-CONT");
-    // The paused node missed the purge; past max_age it asks the origin again.
-    let wait = Duration::from_millis(2100).saturating_sub(learned.elapsed());
-    tokio::time::sleep(wait).await;
-    assert_eq!(
-        get(ids[2], "p/a", None).await.unwrap(),
-        new,
-        "stale after max_age"
-    );
+    // The paused node missed the purge and may serve the old bytes until max_age
+    // (2 s) has passed since it learned them; no read that starts later may.
+    loop {
+        let asked = learned.elapsed();
+        let got = get(ids[2], "p/a", None).await.unwrap();
+        if got == new {
+            break;
+        }
+        assert_eq!(got, old, "neither version");
+        assert!(
+            asked < Duration::from_millis(2100),
+            "stale {asked:?} after it learned the object (max_age 2 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let pinned_old = get(ids[2], "p/a", Some(&e_old)).await;
     assert!(pinned_old.is_err(), "old version served after max_age");
 }
@@ -498,6 +505,7 @@ async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
     assert_eq!(blocks_on_disk(), 0);
 
     // A matched key is cached, in its rule's blocks, until its ttl.
+    let fetched = Instant::now();
     assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
     assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
     assert_eq!(
@@ -506,13 +514,28 @@ async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
         "64 KiB blocks"
     );
     assert_eq!(blocks_on_disk(), 5);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
-    assert_eq!(
-        origin.stats.snapshot().gets_of(BUCKET, "hot/z"),
-        10,
-        "expired after ttl"
-    );
+    // Read until the blocks come from the origin again: never before the ttl
+    // (1 s), always by a read that starts a little after it.
+    loop {
+        let asked = fetched.elapsed();
+        assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
+        let done = fetched.elapsed();
+        match origin.stats.snapshot().gets_of(BUCKET, "hot/z") {
+            5 => assert!(
+                asked < Duration::from_millis(1100),
+                "still cached {asked:?} after it was fetched (ttl 1 s)"
+            ),
+            10 => {
+                assert!(
+                    done >= Duration::from_secs(1),
+                    "expired {done:?} after it was fetched, before its ttl"
+                );
+                break;
+            }
+            n => panic!("{n} origin GETs: expiry refetches all 5 blocks at once"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         value(node.addr, "shoal_node_expired_objects_total").await,
         1.0

@@ -368,8 +368,23 @@ async fn sigterm_ends_the_daemon_while_another_mount_namespace_holds_a_copy() {
         .args(["-m", "--propagation", "slave", "sleep", "60"])
         .spawn()
         .expect("unshare runs (util-linux, as root)");
-    // Until the namespace exists the copy does not either.
-    std::thread::sleep(Duration::from_millis(300));
+    // Until the namespace exists the copy does not either: wait for `sleep` to run
+    // in a mount namespace of its own.
+    let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pid = holder.id();
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "sleep" && ns.is_some_and(|n| n != ours) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unshare never made its mount namespace"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let started = std::time::Instant::now();
     let status = m.stop(Duration::from_secs(15));
     let took = started.elapsed();
