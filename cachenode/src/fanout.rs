@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal::config::{ClusterConfig, RetryPolicy};
+use shoal::config::ClusterConfig;
 use shoal::route::Membership;
-use shoal::s3::{Purge, S3Client, S3ClientOptions};
+use shoal::s3::{Purge, S3Client};
 use tokio::sync::mpsc;
 
 use crate::metrics::KindLabel;
@@ -157,24 +157,8 @@ impl Sender {
         if let Some(c) = clients.get(id) {
             return c.clone();
         }
-        let scheme = if self.cluster.tls { "https" } else { "http" };
-        let origin = self.node.origin().options();
-        let c = S3Client::new(S3ClientOptions {
-            endpoint: url::Url::parse(&format!("{scheme}://{id}"))
-                .expect("a canonical node id is a URL authority"),
-            region: origin.region.clone(),
-            addressing: shoal::config::Addressing::Path,
-            credentials: self.cluster.credentials.clone(),
-            timeouts: self.cluster.timeouts,
-            retry: RetryPolicy {
-                max_attempts: 1,
-                base: Duration::from_millis(1),
-                max: Duration::from_millis(1),
-            },
-            sign_range: false,
-            pool_idle_per_host: 4,
-        })
-        .expect("node client builds like the origin client");
+        let region = &self.node.origin().options().region;
+        let c = shoal::cluster::node_client(&self.cluster, region, id, 4);
         clients.insert(id.to_owned(), c.clone());
         c
     }

@@ -99,7 +99,7 @@ pub fn build(
             max_age: node_cfg.max_age,
             ram_bytes: cfg.cache.ram_size,
             disk: disk.clone(),
-            rules: rules::Rules::new(cfg.rules.clone(), node_cfg.block_size),
+            rules: cfg.rules.clone(),
             upstream,
         },
     )

@@ -42,7 +42,8 @@ pub struct NodeOptions {
     pub max_age: Duration,
     pub ram_bytes: u64,
     pub disk: Option<(std::path::PathBuf, u64)>,
-    pub rules: Rules,
+    /// The caching rules; keys no rule sizes get `block_size` blocks.
+    pub rules: Vec<shoal::config::CacheRule>,
     /// A gateway's cluster: misses go to owners through it.
     pub upstream: Option<Upstream>,
 }
@@ -68,10 +69,11 @@ impl Upstream {
             key,
             index: at / self.reader.block_size(),
         };
+        // Only the owner matters: the best of one, not a full ranking, per miss.
         let set = self.reader.router().membership().current();
-        set.rank_ids(&block)
+        set.top_k(&block, 1)
             .first()
-            .is_some_and(|owner| *owner == me)
+            .is_some_and(|&i| set.nodes()[i].id == *me)
     }
 }
 
@@ -93,7 +95,6 @@ pub struct Node {
     /// owner's HEAD), for the same reason as `blocks`.
     heads: Coalescer<(String, String, Option<String>, u8), ObjectMeta>,
     metas: Mutex<HashMap<(String, String), (ObjectMeta, Instant)>>,
-    block_size: u64,
     revalidate_after: Duration,
     max_age: Duration,
     rules: Rules,
@@ -146,10 +147,9 @@ impl Node {
             blocks: Coalescer::default(),
             heads: Coalescer::default(),
             metas: Mutex::new(HashMap::new()),
-            block_size: o.block_size,
             revalidate_after: o.revalidate_after,
             max_age: o.max_age,
-            rules: o.rules,
+            rules: Rules::new(o.rules, o.block_size),
             upstream: o.upstream,
             metrics,
         })
@@ -200,6 +200,18 @@ impl Node {
             return None;
         }
         (age < self.max_age).then_some((meta, age))
+    }
+
+    /// Passes `e` on; when it says the version asked for is gone (412, 404), what
+    /// is cached of the object goes too.
+    async fn gone_if(&self, bucket: &str, key: &str, e: S3Error) -> S3Error {
+        if matches!(
+            e.cause(),
+            S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
+        ) {
+            self.purge_object(bucket, key).await;
+        }
+        e
     }
 
     fn remember(&self, bucket: &str, key: &str, meta: &ObjectMeta) {
@@ -294,16 +306,7 @@ impl Node {
                 self.remember(bucket, key, &meta);
                 Ok(meta)
             }
-            Err(e) => {
-                if matches!(
-                    e.cause(),
-                    S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
-                ) {
-                    // What is cached of this object is of a version that is gone.
-                    self.purge_object(bucket, key).await;
-                }
-                Err(e)
-            }
+            Err(e) => Err(self.gone_if(bucket, key, e).await),
         }
     }
 
@@ -380,15 +383,7 @@ impl Node {
             }
             // Past the end (or an empty object): the HEAD path answers exactly.
             Err(S3Error::InvalidRange { .. }) => self.resolve(bucket, key, Some(etag), via).await,
-            Err(e) => {
-                if matches!(
-                    e.cause(),
-                    S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
-                ) {
-                    self.purge_object(bucket, key).await;
-                }
-                Err(e)
-            }
+            Err(e) => Err(self.gone_if(bucket, key, e).await),
         }
     }
 
@@ -397,10 +392,6 @@ impl Node {
         let metas = self.metas.lock().unwrap();
         let (meta, at) = metas.get(&(bucket.to_owned(), key.to_owned()))?;
         (meta.etag == etag && at.elapsed() < self.max_age).then(|| meta.clone())
-    }
-
-    pub fn block_size(&self) -> u64 {
-        self.block_size
     }
 
     /// Forgets what is known of an object version (it changed at the origin).
@@ -485,15 +476,7 @@ impl Node {
                 }
                 // A follower whose leader failed for a passing reason fetches afresh once.
                 Err(e) if how == Joined::Follower && e.is_retryable() && tries < 2 => continue,
-                Err(e) => {
-                    if matches!(
-                        e.cause(),
-                        S3Error::PreconditionFailed { .. } | S3Error::NoSuchKey { .. }
-                    ) {
-                        self.purge_object(bucket, key).await;
-                    }
-                    return Err(e);
-                }
+                Err(e) => return Err(self.gone_if(bucket, key, e).await),
             }
         }
     }

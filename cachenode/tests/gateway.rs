@@ -41,6 +41,25 @@ async fn owners(origin: &shoal_testorigin::Origin, n: usize) -> Vec<TestNode> {
     v
 }
 
+/// Three owners; gateway A takes writes and warms them, gateway B only reads.
+async fn writer_and_reader(
+    origin: &shoal_testorigin::Origin,
+) -> (Vec<TestNode>, TestNode, TestNode) {
+    let owners = owners(origin, 3).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let a = start_node(&parse(&node_toml(
+        origin,
+        "",
+        &format!(
+            "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
+            cluster_toml(&ids, &[], "")
+        ),
+    )))
+    .await;
+    let b = start_node(&parse(&node_toml(origin, "", &cluster_toml(&ids, &[], "")))).await;
+    (owners, a, b)
+}
+
 async fn value(addr: SocketAddr, series: &str) -> f64 {
     metric(&scrape(addr).await, series)
 }
@@ -219,23 +238,7 @@ async fn gateways_listing_each_other_forward_at_most_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_through_a_gateway_warms_the_owners() {
     let origin = origin().await;
-    let owners = owners(&origin, 3).await;
-    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
-    let a = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        &format!(
-            "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
-            cluster_toml(&ids, &[], "")
-        ),
-    )))
-    .await;
-    let b = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        &cluster_toml(&ids, &[], ""),
-    )))
-    .await;
+    let (_owners, a, b) = writer_and_reader(&origin).await;
     let body = data(3 * MIB + 5, 33);
     let etag = client(a.addr)
         .put_object(BUCKET, "w/new", body.clone())
@@ -805,23 +808,7 @@ print(hashlib.md5(data).hexdigest())
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boto3_multipart_upload_through_a_gateway_is_warm_everywhere() {
     let origin = origin().await;
-    let owners = owners(&origin, 3).await;
-    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
-    let a = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        &format!(
-            "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
-            cluster_toml(&ids, &[], "")
-        ),
-    )))
-    .await;
-    let b = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        &cluster_toml(&ids, &[], ""),
-    )))
-    .await;
+    let (_owners, a, b) = writer_and_reader(&origin).await;
     let out = tokio::process::Command::new("python3")
         .args(["-c", BOTO3_WRITE])
         .arg(format!("http://{}", a.addr))

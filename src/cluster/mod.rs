@@ -17,4 +17,4 @@ pub mod metrics;
 mod reader;
 
 pub use metrics::{ClusterMetrics, Fallback};
-pub use reader::{ClusterReader, Handle, ReaderOptions, Warmed};
+pub use reader::{node_client, ClusterReader, Handle, ReaderOptions, Warmed};

@@ -15,6 +15,34 @@ use crate::config::{ClusterConfig, RetryPolicy};
 use crate::route::{Membership, Router, SystemClock};
 use crate::s3::{ByteRange, GetObject, ObjectMeta, S3Client, S3ClientOptions, S3Error};
 
+/// The S3 client for node `id` of `cluster`: the cluster's credentials and
+/// deadlines, no retries (failover, or the caller, is the retry), `Range` unsigned
+/// so the node can widen it.
+pub fn node_client(
+    cluster: &ClusterConfig,
+    region: &str,
+    id: &str,
+    pool_idle_per_host: usize,
+) -> S3Client {
+    let scheme = if cluster.tls { "https" } else { "http" };
+    S3Client::new(S3ClientOptions {
+        endpoint: url::Url::parse(&format!("{scheme}://{id}"))
+            .expect("a canonical node id is a URL authority"),
+        region: region.to_owned(),
+        addressing: crate::config::Addressing::Path,
+        credentials: cluster.credentials.clone(),
+        timeouts: cluster.timeouts,
+        retry: RetryPolicy {
+            max_attempts: 1,
+            base: Duration::from_millis(1),
+            max: Duration::from_millis(1),
+        },
+        sign_range: false,
+        pool_idle_per_host,
+    })
+    .expect("node client builds like the origin client")
+}
+
 /// How a reader is shaped beyond the cluster config.
 #[derive(Clone, Debug)]
 pub struct ReaderOptions {
@@ -159,23 +187,7 @@ impl ClusterReader {
         if let Some(c) = clients.get(id) {
             return c.clone();
         }
-        let scheme = if self.cluster.tls { "https" } else { "http" };
-        let opts = S3ClientOptions {
-            endpoint: url::Url::parse(&format!("{scheme}://{id}"))
-                .expect("a canonical node id is a URL authority"),
-            region: self.origin.options().region.clone(),
-            addressing: crate::config::Addressing::Path,
-            credentials: self.cluster.credentials.clone(),
-            timeouts: self.cluster.timeouts,
-            retry: RetryPolicy {
-                max_attempts: 1,
-                base: Duration::from_millis(1),
-                max: Duration::from_millis(1),
-            },
-            sign_range: false,
-            pool_idle_per_host: 64,
-        };
-        let c = S3Client::new(opts).expect("node client builds like the origin client");
+        let c = node_client(&self.cluster, &self.origin.options().region, id, 64);
         clients.insert(id.to_owned(), c.clone());
         c
     }

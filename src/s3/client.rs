@@ -312,12 +312,7 @@ impl S3Client {
             retry: true,
         };
         let resp = self.execute(call).await?;
-        Ok(resp
-            .headers()
-            .get(http::header::ETAG)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| unquote_etag(v).to_owned())
-            .unwrap_or_default())
+        Ok(etag_header(&resp))
     }
 
     /// Starts a multipart upload; returns its upload id.
@@ -368,12 +363,7 @@ impl S3Client {
             retry: true,
         };
         let resp = self.execute(call).await?;
-        Ok(resp
-            .headers()
-            .get(http::header::ETAG)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| unquote_etag(v).to_owned())
-            .unwrap_or_default())
+        Ok(etag_header(&resp))
     }
 
     /// Completes an upload from its parts (number, ETag), ascending; returns the
@@ -523,19 +513,9 @@ impl S3Client {
         query: String,
         body: Bytes,
     ) -> Result<String, S3Error> {
-        let call = Call {
-            method: Method::POST,
-            bucket,
-            key: "",
-            query,
-            signed: vec![],
-            unsigned: vec![],
-            body,
-            range: None,
-            retry: true,
-        };
-        let resp = self.execute(call).await?;
-        let body = read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await?;
+        let body = self
+            .small_call(Method::POST, bucket, "", query, body, true)
+            .await?;
         Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
@@ -883,6 +863,15 @@ fn meta_from_headers(h: &HeaderMap, endpoint: &str) -> Result<(ObjectMeta, u64, 
         start,
         end,
     ))
+}
+
+/// The unquoted `ETag` of an answer (empty if it has none).
+fn etag_header(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get(http::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| unquote_etag(v).to_owned())
+        .unwrap_or_default()
 }
 
 /// `bytes a-b/total` as `(a, b + 1, total)`.

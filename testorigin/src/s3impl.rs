@@ -151,16 +151,10 @@ impl S3 for MemS3 {
         if !self.store.bucket_exists(&input.bucket) {
             return Err(s3_error!(NoSuchBucket));
         }
-        let mut data = BytesMut::new();
-        if let Some(mut body) = input.body {
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
-                data.extend_from_slice(&chunk);
-            }
-        }
+        let data = read_body(input.body).await?;
         let etag = self
             .store
-            .put(&input.bucket, &input.key, data.freeze())
+            .put(&input.bucket, &input.key, data)
             .ok_or_else(|| s3_error!(NoSuchBucket))?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(etag)),
