@@ -19,12 +19,18 @@ python3 -c 'import boto3' 2>/dev/null || { echo "== installing boto3"; python3 -
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
+# One build per run: incremental state would only double the disk a clean
+# machine needs.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+df -h . | awk 'NR==2 {print "== disk free here: " $4}'
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+du -sh target 2>/dev/null | awk '{print "== build output so far: " $1}'
 echo "== packaging (Debian package, systemd units, fstab mount, manifests)"
 if [ "$(id -u)" -eq 0 ]; then
   packaging/test.sh
