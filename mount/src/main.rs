@@ -54,6 +54,10 @@ struct Args {
     /// Blocks in flight per sequential reader.
     #[arg(long, value_name = "BLOCKS")]
     read_window: Option<usize>,
+    /// Files fetched ahead when a directory's files are opened in listing order
+    /// (cp -r, tar, cat dir/*); 0 turns it off (default 32).
+    #[arg(long, value_name = "FILES")]
+    prefetch_files: Option<usize>,
     /// Serve Prometheus metrics on this address, like 127.0.0.1:9180.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
@@ -68,7 +72,7 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
     /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
-    /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N,
+    /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N, prefetch_files=N,
     /// config=FILE, foreground; _netdev, nofail, noauto, defaults and the like are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
@@ -115,6 +119,13 @@ fn apply_o(args: &mut Args) -> Result<(), String> {
                     need(v)?
                         .parse()
                         .map_err(|_| "-o read_window= takes a number")?,
+                ))
+            }
+            "prefetch_files" => {
+                args.prefetch_files = args.prefetch_files.or(Some(
+                    need(v)?
+                        .parse()
+                        .map_err(|_| "-o prefetch_files= takes a number")?,
                 ))
             }
             "config" => args.config = args.config.take().or(Some(PathBuf::from(need(v)?))),
@@ -196,6 +207,13 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
         },
         metadata_ttl,
         negative_ttl: m.negative_ttl,
+        prefetch_files: match args.prefetch_files {
+            Some(n) if n > 4096 => {
+                return Err(format!("--prefetch-files {n} is out of range 0..=4096"))
+            }
+            Some(n) => n,
+            None => m.prefetch_files,
+        },
         cache_size,
         read_window: args.read_window,
         metrics_addr: args.metrics_addr.or(config.metrics_listen),

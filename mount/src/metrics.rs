@@ -27,6 +27,7 @@ pub struct MountMetrics {
     pub reads: Gauge,
     pub read_bytes: Gauge,
     pub readahead_blocks: Gauge,
+    pub prefetched_files: Gauge,
     pub skipped_names: Gauge,
     pub listings: Gauge,
     pub stale_reads: Gauge,
@@ -42,6 +43,7 @@ impl Default for MountMetrics {
             reads: Gauge::default(),
             read_bytes: Gauge::default(),
             readahead_blocks: Gauge::default(),
+            prefetched_files: Gauge::default(),
             skipped_names: Gauge::default(),
             listings: Gauge::default(),
             stale_reads: Gauge::default(),
@@ -76,6 +78,11 @@ impl MountMetrics {
             self.readahead_blocks.clone(),
         );
         p.register(
+            "prefetched_files",
+            "Files whose first block was fetched ahead of a directory walk",
+            self.prefetched_files.clone(),
+        );
+        p.register(
             "skipped_names",
             "Keys skipped for not being valid file names",
             self.skipped_names.clone(),
@@ -99,6 +106,8 @@ impl MountMetrics {
         self.read_bytes.set(s.read_bytes.load(Relaxed) as i64);
         self.readahead_blocks
             .set(s.readahead_blocks.load(Relaxed) as i64);
+        self.prefetched_files
+            .set(s.prefetched_files.load(Relaxed) as i64);
         self.skipped_names.set(s.skipped_names.load(Relaxed) as i64);
         self.listings.set(s.listings.load(Relaxed) as i64);
         self.stale_reads.set(s.stale_reads.load(Relaxed) as i64);

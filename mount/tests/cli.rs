@@ -50,6 +50,14 @@ async fn bad_use_is_refused_clearly() {
             vec!["--config", c, "--cache-size", "lots", BUCKET, m],
             "--cache-size",
         ),
+        (
+            vec!["--config", c, "--prefetch-files", "5000", BUCKET, m],
+            "--prefetch-files 5000 is out of range",
+        ),
+        (
+            vec!["--config", c, "-o", "prefetch_files=many", BUCKET, m],
+            "-o prefetch_files= takes a number",
+        ),
     ];
     for (args, want) in cases {
         let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
@@ -241,6 +249,7 @@ fn help_tells_the_truth() {
         "--metadata-ttl",
         "--cache-size",
         "--read-window",
+        "--prefetch-files",
         "--metrics-addr",
         "-o <OPTIONS>",
         "--config",

@@ -68,6 +68,9 @@ pub mod defaults {
     pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
     pub const METADATA_TTL: Duration = Duration::from_secs(10);
     pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+    /// Files of a directory walked in order fetched ahead: at S3's ~20 ms first
+    /// byte, 32 files in flight read small files ~30x faster than one at a time.
+    pub const PREFETCH_FILES: usize = 32;
     pub const NODE_RAM: u64 = 1 << 30;
     pub const MOUNT_RAM: u64 = 256 << 20;
     pub const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
@@ -262,6 +265,8 @@ pub struct MountConfig {
     pub mountpoint: Option<PathBuf>,
     pub metadata_ttl: Duration,
     pub negative_ttl: Duration,
+    /// Files fetched ahead of a directory walked in listing order (0: off).
+    pub prefetch_files: usize,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub file_mode: u32,
@@ -894,6 +899,16 @@ impl Validator<'_> {
             mountpoint: m.mountpoint.map(PathBuf::from),
             metadata_ttl: m.metadata_ttl.map_or(defaults::METADATA_TTL, |d| d.0),
             negative_ttl: m.negative_ttl.map_or(defaults::NEGATIVE_TTL, |d| d.0),
+            prefetch_files: match m.prefetch_files {
+                None => defaults::PREFETCH_FILES,
+                Some(n) if n <= 4096 => n,
+                Some(n) => {
+                    return Err(self.err(
+                        "mount.prefetch_files",
+                        format!("{n} is out of range 0..=4096"),
+                    ))
+                }
+            },
             uid: m.uid,
             gid: m.gid,
             file_mode: self.mode("mount.file_mode", m.file_mode, 0o444)?,

@@ -142,6 +142,7 @@ pub struct RawMount {
     pub mountpoint: Option<String>,
     pub metadata_ttl: Option<Dur>,
     pub negative_ttl: Option<Dur>,
+    pub prefetch_files: Option<usize>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub file_mode: Option<String>,

@@ -275,6 +275,20 @@ fn hedge_budget_range() {
 }
 
 #[test]
+fn mount_prefetch_files() {
+    assert_eq!(parse("").unwrap().mount.prefetch_files, 32);
+    let c = parse("[mount]\nprefetch_files = 0\n").unwrap();
+    assert_eq!(c.mount.prefetch_files, 0);
+    refused(
+        "[mount]\nprefetch_files = 5000\n",
+        "mount.prefetch_files",
+        "out of range",
+    );
+    let e = parse("[mount]\nprefetch_files = -1\n").unwrap_err();
+    assert_eq!(e.key, "mount.prefetch_files");
+}
+
+#[test]
 fn wrong_type_names_key_and_line() {
     let e = parse("[cluster]\nnodes = [\"a:1\"]\nread_window = \"eight\"\n").unwrap_err();
     assert_eq!(e.key, "cluster.read_window");

@@ -9,10 +9,12 @@
 //!
 //! Reads: an open file pins the version (ETag) it saw, through the cluster reader.
 //! Sequential reads grow a read-ahead window from one cluster block, doubling to
-//! `read_window`; a random read resets it.
+//! `read_window`; a random read resets it. Files opened in listing order have the
+//! first blocks of the files after them fetched ahead ([`walk`]).
 
 mod error;
 pub mod names;
+mod walk;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -56,6 +58,9 @@ pub struct FsOptions {
     pub gid: u32,
     pub file_mode: u16,
     pub dir_mode: u16,
+    /// Most files of a directory walked in order whose first block is fetched
+    /// ahead (0: none).
+    pub prefetch_files: usize,
 }
 
 struct Inode {
@@ -109,6 +114,7 @@ pub struct FsStats {
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub readahead_blocks: AtomicU64,
+    pub prefetched_files: AtomicU64,
     pub stale_reads: AtomicU64,
 }
 
@@ -120,6 +126,8 @@ pub struct Fs {
     dirs: Mutex<HashMap<u64, Listing>>,
     negative: Mutex<HashMap<(u64, String), Instant>>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    /// Open order per directory inode, for read-ahead across files.
+    walks: Mutex<HashMap<u64, walk::DirWalk>>,
     next_fh: AtomicU64,
     mounted_at: SystemTime,
     pub stats: FsStats,
@@ -168,6 +176,7 @@ impl Fs {
             dirs: Mutex::new(HashMap::new()),
             negative: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
+            walks: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             mounted_at: SystemTime::now(),
             stats: FsStats::default(),
@@ -465,6 +474,7 @@ impl Fs {
             .reader
             .open(&self.opts.bucket, &self.full_key(&path), Some(meta.clone()))
             .await?;
+        self.prefetch_siblings(&path);
         let (keep_cache, direct_io) = self.page_cache_mode(ino, &meta.etag);
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files.lock().unwrap().insert(
@@ -480,6 +490,87 @@ impl Fs {
             keep_cache,
             direct_io,
         })
+    }
+
+    /// Notes the open of file `path` in its directory's walk and fetches the first
+    /// block of the files the walk runs ahead to. Only a fresh listing counts: an
+    /// open must not cost a listing.
+    fn prefetch_siblings(&self, path: &str) {
+        if self.opts.prefetch_files == 0 || self.reader.ram_stats().capacity_bytes == 0 {
+            return;
+        }
+        let (dir, name) = match path.rfind('/') {
+            Some(i) => (&path[..=i], &path[i + 1..]),
+            None => ("", path),
+        };
+        let Some(parent) = self.inodes.lock().unwrap().by_path.get(dir).copied() else {
+            return;
+        };
+        let Some(entries) = self.dirs.lock().unwrap().get(&parent).and_then(|l| {
+            (l.fetched.elapsed() < self.opts.metadata_ttl).then(|| l.entries.clone())
+        }) else {
+            return;
+        };
+        // Listings are sorted by name (see `list_dir`).
+        let Ok(idx) = entries.binary_search_by(|e| e.name.as_str().cmp(name)) else {
+            return;
+        };
+        let bs = self.reader.block_size();
+        let budget = self.reader.read_window() as u64 * bs;
+        let ahead: Vec<(String, ObjectMeta)> = {
+            let t = self.inodes.lock().unwrap();
+            // What a file in the window holds once fetched: its first block.
+            let first_block = |i: usize| match entries[i].kind {
+                Kind::File => t.by_ino.get(&entries[i].ino).map_or(0, |n| n.size.min(bs)),
+                Kind::Dir => 0,
+            };
+            let range = {
+                let mut walks = self.walks.lock().unwrap();
+                if walks.len() > 4096 && !walks.contains_key(&parent) {
+                    walks.clear();
+                }
+                walks.entry(parent).or_default().opened(
+                    idx,
+                    entries.len(),
+                    self.opts.prefetch_files,
+                    budget,
+                    first_block,
+                )
+            };
+            entries[range]
+                .iter()
+                .filter(|e| e.kind == Kind::File)
+                .filter_map(|e| {
+                    let n = t.by_ino.get(&e.ino)?;
+                    let fresh = n.fetched.elapsed() < self.opts.metadata_ttl;
+                    (fresh && n.size > 0 && !n.etag.is_empty()).then(|| {
+                        let meta = ObjectMeta {
+                            size: n.size,
+                            etag: n.etag.clone(),
+                            last_modified: Some(n.mtime),
+                            content_type: None,
+                        };
+                        (self.full_key(&n.path), meta)
+                    })
+                })
+                .collect()
+        };
+        if ahead.is_empty() {
+            return;
+        }
+        self.stats
+            .prefetched_files
+            .fetch_add(ahead.len() as u64, Relaxed);
+        let (reader, bucket) = (self.reader.clone(), self.opts.bucket.clone());
+        tokio::spawn(async move {
+            for (key, meta) in ahead {
+                // Opening with a known version asks nobody; the block fetch is
+                // spawned, so the files are fetched side by side.
+                if let Ok(h) = reader.open(&bucket, &key, Some(meta)).await {
+                    h.prefetch(0, 1);
+                }
+            }
+        });
     }
 
     /// `size` bytes at `offset` of open file `fh`.

@@ -46,6 +46,7 @@ async fn setup(prefix: &str) -> (Origin, Fs) {
             gid: 0,
             file_mode: 0o444,
             dir_mode: 0o555,
+            prefetch_files: 32,
         },
         client,
         reader,
@@ -193,4 +194,63 @@ async fn a_changed_object_fails_its_open_handle_with_estale() {
     let o2 = fs.open(a.ino).await.unwrap();
     assert!(!o2.keep_cache);
     assert_eq!(fs.read(o2.fh, 2_500_000, 10).await.unwrap()[0], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_opened_in_listing_order_are_fetched_ahead() {
+    let (origin, fs) = setup("").await;
+    let body = |d: &str, i: usize| Bytes::from(format!("{d} file {i} ").repeat(i + 1));
+    for d in ["walk", "back"] {
+        for i in 0..40 {
+            origin.put("shoal-test", &format!("{d}/f{i:02}"), body(d, i));
+        }
+    }
+    // S3-like first-byte latency: a fetch ahead has time to matter.
+    origin.faults.set(shoal_testorigin::FaultSettings {
+        first_byte_delay_ms: 20,
+        ..Default::default()
+    });
+    let read_all = |dir: u64, names: Vec<(usize, String)>, d: &'static str| {
+        let fs = &fs;
+        async move {
+            for (i, name) in names {
+                let a = fs.lookup(dir, &name).await.unwrap();
+                let h = fs.open(a.ino).await.unwrap();
+                let got = fs.read(h.fh, 0, 1 << 20).await.unwrap();
+                assert_eq!(got, body(d, i), "{d}/{name}");
+                fs.release(h.fh);
+            }
+        }
+    };
+    let ram_or_joined = || {
+        let m = &fs.reader().metrics;
+        m.blocks.get_or_create(&shoal::cluster::metrics::RAM).get() + m.coalesced_waits.get()
+    };
+
+    // In listing order: after two opens, every later file is fetched ahead, once.
+    let walk = fs.lookup(ROOT, "walk").await.unwrap();
+    let names: Vec<(usize, String)> = fs
+        .readdir(walk.ino)
+        .await
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i, e.name.clone()))
+        .collect();
+    origin.stats.reset();
+    read_all(walk.ino, names.clone(), "walk").await;
+    assert_eq!(fs.stats.prefetched_files.load(Relaxed), 38);
+    assert_eq!(origin.stats.snapshot().object_gets(), 40, "each file once");
+    // Each file fetched ahead was read from the RAM tier or joined its fetch.
+    assert!(ram_or_joined() >= 38, "{}", ram_or_joined());
+
+    // In reverse order: nothing is fetched ahead, nothing is fetched twice.
+    let back = fs.lookup(ROOT, "back").await.unwrap();
+    fs.readdir(back.ino).await.unwrap();
+    let before = ram_or_joined();
+    origin.stats.reset();
+    read_all(back.ino, names.into_iter().rev().collect(), "back").await;
+    assert_eq!(fs.stats.prefetched_files.load(Relaxed), 38);
+    assert_eq!(origin.stats.snapshot().object_gets(), 40);
+    assert_eq!(ram_or_joined(), before);
 }
