@@ -394,3 +394,45 @@ async fn sigterm_ends_the_daemon_while_another_mount_namespace_holds_a_copy() {
     assert!(!is_mounted(&m.mnt), "still mounted");
     eprintln!("stopped in {took:?} with a copy held elsewhere");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_of_small_files_is_read_ahead() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    let files: Vec<(String, Bytes)> = (0..60)
+        .map(|i| {
+            (
+                format!("small/s{i:03}"),
+                data(1000 + 37 * i, 100 + i as u64),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, Bytes)> = files.iter().map(|(k, b)| (k.as_str(), b.clone())).collect();
+    seed(&o, "", &local, &refs);
+    let n1 = start_node(&o, dir.path(), "n1");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mount::start(
+        &mount_toml(&o, &[&n1], ""),
+        BUCKET,
+        &["--metrics-addr", &addr],
+    );
+    // The shell's glob lists the directory; cat opens the files in its order.
+    let cat = |root: &str| format!("cd {root}/small && LC_ALL=C cat * | md5sum");
+    assert_eq!(sh_ok(&cat(&q(&m.mnt))).await, sh_ok(&cat(&q(&local))).await);
+    let text = sh_ok(&format!("curl -sS http://{addr}/metrics")).await;
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+    };
+    // Every file after the first two was fetched ahead of its open, and no file
+    // was fetched twice.
+    assert_eq!(value("shoal_mount_prefetched_files "), 58.0);
+    assert_eq!(value("shoal_client_blocks_total{source=\"node\"} "), 60.0);
+}
