@@ -19,13 +19,17 @@ mkdir -p "$work/seed/par" "$work/seed/small" "$work/seed/many"
 head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/obj.bin"
 for i in 1 2 3 4; do head -c "$((SIZE_MB / 4))M" /dev/urandom >"$work/seed/par/p$i.bin"; done
 head -c 4096000 /dev/urandom | split -b 4096 -a 3 -d - "$work/seed/small/f"
+cp -r "$work/seed/small" "$work/seed/small2"
 (cd "$work/seed/many" && seq -f 'k%05g' 0 9999 | xargs touch)
 
 start_slow_cluster 256MiB
 
-mkdir -p "$work/shoal" "$work/null" "$work/rclone" "$work/s3fs"
+mkdir -p "$work/shoal" "$work/shoal0" "$work/null" "$work/rclone" "$work/s3fs"
 "$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/mount.log" bench "$work/shoal"
 mounts+=("$work/shoal")
+# The same, without read-ahead across files: what it gains on small files.
+"$bin/shoal-mount" --config "$work/cluster.toml" --prefetch-files 0 --log-file "$work/mount0.log" bench "$work/shoal0"
+mounts+=("$work/shoal0")
 "$bin/examples/nullfs" "$work/null" "$((SIZE_MB * 1024 * 1024))" >/dev/null 2>&1 &
 pids+=($!)
 mounts+=("$work/null")
@@ -57,6 +61,8 @@ read -r iops64 p99_64 <<<"$(fio_run 64k)"
 
 # 1,000 small files, and find over 10,000 keys against the bare listing.
 drop_cache; small=$(secs bash -c "cat '$S'/small/* >/dev/null")
+# Another copy of the files, so the nodes are as cold for it as for the first.
+drop_cache; small0=$(secs bash -c "cat '$work/shoal0'/small2/* >/dev/null")
 find_t=$(secs find "$S/many")
 list_t=$(secs "$bin/examples/s3_get" "$work/direct.toml" ls s3://bench/many/)
 
@@ -89,6 +95,7 @@ row "shoal warm vs rclone (vfs full, warm) MB/s" "$warm" "$(ratio "$warm" "$rc")
 row "shoal warm vs s3fs (warm) MB/s" "$warm" "$(ratio "$warm" "$s3") x s3fs"
 row "4 KiB random read IOPS / p99 ms" "$iops4" "p99 ${p99_4} ms"
 row "64 KiB random read IOPS / p99 ms" "$iops64" "p99 ${p99_64} ms"
-row "1,000 small files: shoal s / rclone s / s3fs s" "$small" "$rc_small / $s3_small"
+row "1,000 small files s: shoal / prefetch off" "$small / $small0" "$(ratio "$small0" "$small") x faster"
+row "1,000 small files s: rclone / s3fs" "$rc_small / $s3_small" "shoal $(ratio "$rc_small" "$small") x faster"
 row "find over 10,000 keys s / bare ListObjectsV2 s" "$find_t" "$(ratio "$find_t" "$list_t") x listing"
 echo "baselines: origin parallel ranged GETs $o MB/s; null FUSE $null MB/s (page-cache re-read $null_reread MB/s); local page cache $local_pc MB/s; rclone $rc MB/s; s3fs $s3 MB/s"
