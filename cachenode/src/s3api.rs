@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures_util::TryStreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
-use shoal::s3::{unquote_etag, ListRequest, S3Error};
+use shoal::s3::{unquote_etag, ListEntry, ListPage, ListRequest, S3Error};
 
 use crate::fanout::{Fanout, Target};
 use crate::node::{Node, Via};
@@ -147,6 +147,19 @@ struct Resolved {
 }
 
 impl NodeApi {
+    async fn list_origin(&self, req: ListRequest) -> S3Result<ListPage> {
+        self.node
+            .metrics
+            .origin_requests
+            .get_or_create(&crate::metrics::KindLabel { kind: "list" })
+            .inc();
+        self.node
+            .origin()
+            .list_objects_v2(&req)
+            .await
+            .map_err(s3_error)
+    }
+
     async fn resolve(
         &self,
         bucket: &str,
@@ -307,15 +320,8 @@ impl S3 for NodeApi {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
-        self.node
-            .metrics
-            .origin_requests
-            .get_or_create(&crate::metrics::KindLabel { kind: "list" })
-            .inc();
         let page = self
-            .node
-            .origin()
-            .list_objects_v2(&ListRequest {
+            .list_origin(ListRequest {
                 bucket: i.bucket.clone(),
                 prefix: i.prefix.clone().unwrap_or_default(),
                 delimiter: i.delimiter.clone(),
@@ -323,28 +329,9 @@ impl S3 for NodeApi {
                 start_after: i.start_after.clone(),
                 max_keys: i.max_keys.map(|m| m.clamp(0, 1000) as u32),
             })
-            .await
-            .map_err(s3_error)?;
+            .await?;
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
-        let contents: Vec<Object> = page
-            .objects
-            .into_iter()
-            .map(|o| Object {
-                key: Some(o.key),
-                size: Some(o.size as i64),
-                e_tag: Some(ETag::Strong(o.etag)),
-                last_modified: o.last_modified.map(Timestamp::from),
-                storage_class: Some(ObjectStorageClass::from_static(
-                    ObjectStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            })
-            .collect();
-        let prefixes: Vec<CommonPrefix> = page
-            .common_prefixes
-            .into_iter()
-            .map(|p| CommonPrefix { prefix: Some(p) })
-            .collect();
+        let (contents, prefixes) = listed(page.objects, page.common_prefixes);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: i.prefix,
@@ -355,6 +342,59 @@ impl S3 for NodeApi {
             continuation_token: i.continuation_token,
             next_continuation_token: page.next_continuation_token,
             start_after: i.start_after,
+            contents: (!contents.is_empty()).then_some(contents),
+            common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+            ..Default::default()
+        }))
+    }
+
+    /// Version 1 listing (rclone, s3fs and older SDKs use it by default), answered
+    /// from the origin's version 2: a marker is "start after", and a marker that is
+    /// a common prefix of this listing skips every key rolled up into it.
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let start_after = i.marker.as_deref().map(|m| {
+            match (i.delimiter.as_deref(), m.strip_prefix(prefix.as_str())) {
+                (Some(d), Some(rest)) if !d.is_empty() => match rest.find(d) {
+                    Some(at) => format!("{prefix}{}{}", &rest[..at + d.len()], char::MAX),
+                    None => m.to_owned(),
+                },
+                _ => m.to_owned(),
+            }
+        });
+        let page = self
+            .list_origin(ListRequest {
+                bucket: i.bucket.clone(),
+                prefix: prefix.clone(),
+                delimiter: i.delimiter.clone(),
+                continuation_token: None,
+                start_after,
+                max_keys: i.max_keys.map(|m| m.clamp(0, 1000) as u32),
+            })
+            .await?;
+        let truncated = page.next_continuation_token.is_some();
+        // The last entry in key order, key or common prefix, is where the next
+        // page starts.
+        let next_marker = truncated
+            .then(|| {
+                let last_key = page.objects.last().map(|o| o.key.clone());
+                let last_prefix = page.common_prefixes.last().cloned();
+                last_key.max(last_prefix)
+            })
+            .flatten();
+        let (contents, prefixes) = listed(page.objects, page.common_prefixes);
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(i.bucket),
+            prefix: Some(prefix),
+            marker: i.marker,
+            next_marker,
+            delimiter: i.delimiter,
+            max_keys: Some(i.max_keys.unwrap_or(1000)),
+            is_truncated: Some(truncated),
             contents: (!contents.is_empty()).then_some(contents),
             common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
             ..Default::default()
@@ -583,4 +623,26 @@ impl s3s::route::S3Route for PurgeRoute {
         );
         Ok(resp)
     }
+}
+
+/// A listing page as S3 answers it.
+fn listed(objects: Vec<ListEntry>, prefixes: Vec<String>) -> (Vec<Object>, Vec<CommonPrefix>) {
+    let contents = objects
+        .into_iter()
+        .map(|o| Object {
+            key: Some(o.key),
+            size: Some(o.size as i64),
+            e_tag: Some(ETag::Strong(o.etag)),
+            last_modified: o.last_modified.map(Timestamp::from),
+            storage_class: Some(ObjectStorageClass::from_static(
+                ObjectStorageClass::STANDARD,
+            )),
+            ..Default::default()
+        })
+        .collect();
+    let prefixes = prefixes
+        .into_iter()
+        .map(|p| CommonPrefix { prefix: Some(p) })
+        .collect();
+    (contents, prefixes)
 }
