@@ -198,7 +198,7 @@ impl Filesystem for FuseFs {
         let (fs, dirs) = (self.fs.clone(), self.dirs.clone());
         let fh = self.next_dir_fh.fetch_add(1, Relaxed);
         self.spawn("opendir", async move {
-            match fs.readdir(ino.0).await {
+            match fs.opendir(ino.0).await {
                 Ok(entries) => {
                     dirs.lock().unwrap().insert(fh, entries);
                     reply.opened(FileHandle(fh), FopenFlags::empty());

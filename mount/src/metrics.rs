@@ -28,6 +28,7 @@ pub struct MountMetrics {
     pub read_bytes: Gauge,
     pub readahead_blocks: Gauge,
     pub prefetched_files: Gauge,
+    pub prefetched_listings: Gauge,
     pub skipped_names: Gauge,
     pub listings: Gauge,
     pub stale_reads: Gauge,
@@ -44,6 +45,7 @@ impl Default for MountMetrics {
             read_bytes: Gauge::default(),
             readahead_blocks: Gauge::default(),
             prefetched_files: Gauge::default(),
+            prefetched_listings: Gauge::default(),
             skipped_names: Gauge::default(),
             listings: Gauge::default(),
             stale_reads: Gauge::default(),
@@ -83,6 +85,11 @@ impl MountMetrics {
             self.prefetched_files.clone(),
         );
         p.register(
+            "prefetched_listings",
+            "Directory listings fetched ahead of a directory walk",
+            self.prefetched_listings.clone(),
+        );
+        p.register(
             "skipped_names",
             "Keys skipped for not being valid file names",
             self.skipped_names.clone(),
@@ -108,6 +115,8 @@ impl MountMetrics {
             .set(s.readahead_blocks.load(Relaxed) as i64);
         self.prefetched_files
             .set(s.prefetched_files.load(Relaxed) as i64);
+        self.prefetched_listings
+            .set(s.prefetched_listings.load(Relaxed) as i64);
         self.skipped_names.set(s.skipped_names.load(Relaxed) as i64);
         self.listings.set(s.listings.load(Relaxed) as i64);
         self.stale_reads.set(s.stale_reads.load(Relaxed) as i64);

@@ -436,3 +436,38 @@ async fn a_directory_of_small_files_is_read_ahead() {
     assert_eq!(value("shoal_mount_prefetched_files "), 58.0);
     assert_eq!(value("shoal_client_blocks_total{source=\"node\"} "), 60.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_over_a_tree_lists_each_directory_once_and_ahead() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    let files: Vec<(String, Bytes)> = (0..12)
+        .flat_map(|d| (0..2).map(move |f| (format!("tree/d{d:02}/f{f}"), data(10 + f, d as u64))))
+        .collect();
+    let refs: Vec<(&str, Bytes)> = files.iter().map(|(k, b)| (k.as_str(), b.clone())).collect();
+    seed(&o, "", &local, &refs);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &["--metrics-addr", &addr]);
+    let find = |root: &str| format!("cd {root} && find tree | sort");
+    assert_eq!(
+        sh_ok(&find(&q(&m.mnt))).await,
+        sh_ok(&find(&q(&local))).await
+    );
+    let text = sh_ok(&format!("curl -sS http://{addr}/metrics")).await;
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+    };
+    // The mount's root (find opens its starting directory), tree/ and its 12
+    // directories, each listed once; all but the first two of them ahead of
+    // find's visit.
+    assert_eq!(value("shoal_mount_listings "), 14.0);
+    assert_eq!(value("shoal_mount_prefetched_listings "), 10.0);
+}

@@ -9,19 +9,22 @@
 //!
 //! Reads: an open file pins the version (ETag) it saw, through the cluster reader.
 //! Sequential reads grow a read-ahead window from one cluster block, doubling to
-//! `read_window`; a random read resets it. Files opened in listing order have the
-//! first blocks of the files after them fetched ahead ([`walk`]).
+//! `read_window`; a random read resets it. Entries visited in listing order (files
+//! opened, directories opened) have the entries after them fetched ahead: a file's
+//! first block, a directory's listing ([`walk`]).
 
 mod error;
 pub mod names;
 mod walk;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use shoal::cache::Coalescer;
 use shoal::cluster::{ClusterReader, Handle};
 use shoal::s3::{GetObject, ListRequest, ObjectMeta, S3Client, S3Error};
 
@@ -115,6 +118,7 @@ pub struct FsStats {
     pub read_bytes: AtomicU64,
     pub readahead_blocks: AtomicU64,
     pub prefetched_files: AtomicU64,
+    pub prefetched_listings: AtomicU64,
     pub stale_reads: AtomicU64,
 }
 
@@ -124,6 +128,8 @@ pub struct Fs {
     reader: Arc<ClusterReader>,
     inodes: Mutex<Inodes>,
     dirs: Mutex<HashMap<u64, Listing>>,
+    /// Listings in flight: a walker's own listing joins one fetched ahead for it.
+    listing_flights: Coalescer<u64, Arc<Vec<DirEntry>>>,
     negative: Mutex<HashMap<(u64, String), Instant>>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     /// Open order per directory inode, for read-ahead across files.
@@ -174,6 +180,7 @@ impl Fs {
                 next: ROOT + 1,
             }),
             dirs: Mutex::new(HashMap::new()),
+            listing_flights: Coalescer::default(),
             negative: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             walks: Mutex::new(HashMap::new()),
@@ -284,28 +291,58 @@ impl Fs {
     }
 
     /// The entries of directory `ino`, from the cache or a fresh listing.
-    pub async fn readdir(&self, ino: u64) -> Result<Arc<Vec<DirEntry>>, FsError> {
-        if let Some(l) = self.dirs.lock().unwrap().get(&ino) {
-            if l.fetched.elapsed() < self.opts.metadata_ttl {
-                return Ok(l.entries.clone());
-            }
+    pub async fn readdir(self: &Arc<Self>, ino: u64) -> Result<Arc<Vec<DirEntry>>, FsError> {
+        if let Some(entries) = self.fresh_listing(ino) {
+            return Ok(entries);
         }
         let (path, kind) = self.inode_path(ino)?;
         if kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
-        let entries = Arc::new(self.list_dir(&path).await?);
-        self.dirs.lock().unwrap().insert(
-            ino,
-            Listing {
-                entries: entries.clone(),
-                fetched: Instant::now(),
-            },
-        );
-        Ok(entries)
+        let me = self.clone();
+        let (r, _) = self
+            .listing_flights
+            .run(ino, async move {
+                // A flight that ended since the check above left its listing here.
+                if let Some(entries) = me.fresh_listing(ino) {
+                    return Ok(entries);
+                }
+                let entries = Arc::new(me.list_dir(&path).await?);
+                me.dirs.lock().unwrap().insert(
+                    ino,
+                    Listing {
+                        entries: entries.clone(),
+                        fetched: Instant::now(),
+                    },
+                );
+                Ok(entries)
+            })
+            .await;
+        Ok(r?)
     }
 
-    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+    /// Directory `ino` opened by a reader (`ls`, `find`, `tar`, `os.scandir`): a
+    /// visit in its parent's walk, then its entries.
+    pub async fn opendir(self: &Arc<Self>, ino: u64) -> Result<Arc<Vec<DirEntry>>, FsError> {
+        let walked_into = match self.inode_path(ino) {
+            Ok((path, Kind::Dir)) => self.visit(&path),
+            _ => false,
+        };
+        if walked_into {
+            self.enter(ino);
+        }
+        self.readdir(ino).await
+    }
+
+    fn fresh_listing(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
+        self.dirs
+            .lock()
+            .unwrap()
+            .get(&ino)
+            .and_then(|l| (l.fetched.elapsed() < self.opts.metadata_ttl).then(|| l.entries.clone()))
+    }
+
+    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, S3Error> {
         let dir_key = self.full_key(path);
         let mut req = ListRequest {
             bucket: self.opts.bucket.clone(),
@@ -449,7 +486,7 @@ impl Fs {
     }
 
     /// Opens a file, pinning the version it has now.
-    pub async fn open(&self, ino: u64) -> Result<Opened, FsError> {
+    pub async fn open(self: &Arc<Self>, ino: u64) -> Result<Opened, FsError> {
         let (path, kind) = self.inode_path(ino)?;
         if kind != Kind::File {
             return Err(FsError::IsDir);
@@ -474,7 +511,7 @@ impl Fs {
             .reader
             .open(&self.opts.bucket, &self.full_key(&path), Some(meta.clone()))
             .await?;
-        self.prefetch_siblings(&path);
+        self.visit(&path);
         let (keep_cache, direct_io) = self.page_cache_mode(ino, &meta.etag);
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files.lock().unwrap().insert(
@@ -492,85 +529,141 @@ impl Fs {
         })
     }
 
-    /// Notes the open of file `path` in its directory's walk and fetches the first
-    /// block of the files the walk runs ahead to. Only a fresh listing counts: an
-    /// open must not cost a listing.
-    fn prefetch_siblings(&self, path: &str) {
-        if self.opts.prefetch_files == 0 || self.reader.ram_stats().capacity_bytes == 0 {
-            return;
+    /// Notes a visit of `path` (a file opened, a directory opened) in its parent's
+    /// walk and fetches ahead what the walk runs to. Only a fresh listing of the
+    /// parent counts: a visit must not cost a listing. Returns whether the visit
+    /// was part of a walk.
+    fn visit(self: &Arc<Self>, path: &str) -> bool {
+        if self.opts.prefetch_files == 0 {
+            return false;
+        }
+        let path = path.strip_suffix('/').unwrap_or(path);
+        if path.is_empty() {
+            return false;
         }
         let (dir, name) = match path.rfind('/') {
             Some(i) => (&path[..=i], &path[i + 1..]),
             None => ("", path),
         };
         let Some(parent) = self.inodes.lock().unwrap().by_path.get(dir).copied() else {
-            return;
+            return false;
         };
-        let Some(entries) = self.dirs.lock().unwrap().get(&parent).and_then(|l| {
-            (l.fetched.elapsed() < self.opts.metadata_ttl).then(|| l.entries.clone())
-        }) else {
-            return;
+        let Some(entries) = self.fresh_listing(parent) else {
+            return false;
         };
         // Listings are sorted by name (see `list_dir`).
         let Ok(idx) = entries.binary_search_by(|e| e.name.as_str().cmp(name)) else {
-            return;
+            return false;
         };
+        self.walk_step(parent, &entries, |w, len, max, budget, cost| {
+            w.opened(idx, len, max, budget, cost)
+        })
+    }
+
+    /// Directory `ino` was entered from a walk in its parent: its first open in
+    /// listing order continues the walk.
+    fn enter(&self, ino: u64) {
+        if self.opts.prefetch_files > 0 {
+            let mut walks = self.walks.lock().unwrap();
+            if walks.len() > 4096 && !walks.contains_key(&ino) {
+                walks.clear();
+            }
+            walks
+                .entry(ino)
+                .or_default()
+                .entered(self.opts.prefetch_files);
+        }
+    }
+
+    /// Moves the walk over directory `dir` one step and fetches ahead the entries
+    /// it runs to: the first block of files, the listing of directories. Returns
+    /// whether the directory is being walked.
+    fn walk_step(
+        self: &Arc<Self>,
+        dir: u64,
+        entries: &[DirEntry],
+        step: impl FnOnce(&mut walk::DirWalk, usize, usize, u64, &dyn Fn(usize) -> u64) -> Range<usize>,
+    ) -> bool {
+        let fetch_blocks = self.reader.ram_stats().capacity_bytes > 0;
         let bs = self.reader.block_size();
         let budget = self.reader.read_window() as u64 * bs;
-        let ahead: Vec<(String, ObjectMeta)> = {
+        let (walking, files, dirs) = {
             let t = self.inodes.lock().unwrap();
-            // What a file in the window holds once fetched: its first block.
+            // What an entry in the window holds once fetched: a file's first block;
+            // a listing is small.
             let first_block = |i: usize| match entries[i].kind {
-                Kind::File => t.by_ino.get(&entries[i].ino).map_or(0, |n| n.size.min(bs)),
-                Kind::Dir => 0,
+                Kind::File if fetch_blocks => {
+                    t.by_ino.get(&entries[i].ino).map_or(0, |n| n.size.min(bs))
+                }
+                _ => 0,
             };
-            let range = {
+            let (walking, range) = {
                 let mut walks = self.walks.lock().unwrap();
-                if walks.len() > 4096 && !walks.contains_key(&parent) {
+                if walks.len() > 4096 && !walks.contains_key(&dir) {
                     walks.clear();
                 }
-                walks.entry(parent).or_default().opened(
-                    idx,
+                let w = walks.entry(dir).or_default();
+                let range = step(
+                    w,
                     entries.len(),
                     self.opts.prefetch_files,
                     budget,
-                    first_block,
-                )
+                    &first_block,
+                );
+                (w.walking(), range)
             };
-            entries[range]
-                .iter()
-                .filter(|e| e.kind == Kind::File)
-                .filter_map(|e| {
-                    let n = t.by_ino.get(&e.ino)?;
-                    let fresh = n.fetched.elapsed() < self.opts.metadata_ttl;
-                    (fresh && n.size > 0 && !n.etag.is_empty()).then(|| {
-                        let meta = ObjectMeta {
-                            size: n.size,
-                            etag: n.etag.clone(),
-                            last_modified: Some(n.mtime),
-                            content_type: None,
+            let mut files: Vec<(String, ObjectMeta)> = Vec::new();
+            let mut dirs: Vec<u64> = Vec::new();
+            for e in &entries[range] {
+                match e.kind {
+                    Kind::Dir => dirs.push(e.ino),
+                    Kind::File if fetch_blocks => {
+                        let Some(n) = t.by_ino.get(&e.ino) else {
+                            continue;
                         };
-                        (self.full_key(&n.path), meta)
-                    })
-                })
-                .collect()
-        };
-        if ahead.is_empty() {
-            return;
-        }
-        self.stats
-            .prefetched_files
-            .fetch_add(ahead.len() as u64, Relaxed);
-        let (reader, bucket) = (self.reader.clone(), self.opts.bucket.clone());
-        tokio::spawn(async move {
-            for (key, meta) in ahead {
-                // Opening with a known version asks nobody; the block fetch is
-                // spawned, so the files are fetched side by side.
-                if let Ok(h) = reader.open(&bucket, &key, Some(meta)).await {
-                    h.prefetch(0, 1);
+                        let fresh = n.fetched.elapsed() < self.opts.metadata_ttl;
+                        if fresh && n.size > 0 && !n.etag.is_empty() {
+                            let meta = ObjectMeta {
+                                size: n.size,
+                                etag: n.etag.clone(),
+                                last_modified: Some(n.mtime),
+                                content_type: None,
+                            };
+                            files.push((self.full_key(&n.path), meta));
+                        }
+                    }
+                    Kind::File => {}
                 }
             }
-        });
+            (walking, files, dirs)
+        };
+        for ino in dirs {
+            if self.fresh_listing(ino).is_some() {
+                continue;
+            }
+            self.stats.prefetched_listings.fetch_add(1, Relaxed);
+            let me = self.clone();
+            tokio::spawn(async move {
+                // The walker's own listing of it joins this one.
+                let _ = me.readdir(ino).await;
+            });
+        }
+        if !files.is_empty() {
+            self.stats
+                .prefetched_files
+                .fetch_add(files.len() as u64, Relaxed);
+            let (reader, bucket) = (self.reader.clone(), self.opts.bucket.clone());
+            tokio::spawn(async move {
+                for (key, meta) in files {
+                    // Opening with a known version asks nobody; the block fetch is
+                    // spawned, so the files are fetched side by side.
+                    if let Ok(h) = reader.open(&bucket, &key, Some(meta)).await {
+                        h.prefetch(0, 1);
+                    }
+                }
+            });
+        }
+        walking
     }
 
     /// `size` bytes at `offset` of open file `fh`.

@@ -9,7 +9,7 @@ use shoal_testorigin::{Origin, OriginOptions};
 
 use super::*;
 
-async fn setup(prefix: &str) -> (Origin, Fs) {
+async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
     let origin = Origin::start(OriginOptions::default()).await.unwrap();
     let o = &origin.options;
     let client = S3Client::new(S3ClientOptions {
@@ -51,7 +51,7 @@ async fn setup(prefix: &str) -> (Origin, Fs) {
         client,
         reader,
     );
-    (origin, fs)
+    (origin, Arc::new(fs))
 }
 
 #[tokio::test]
@@ -253,4 +253,94 @@ async fn files_opened_in_listing_order_are_fetched_ahead() {
     assert_eq!(fs.stats.prefetched_files.load(Relaxed), 38);
     assert_eq!(origin.stats.snapshot().object_gets(), 40);
     assert_eq!(ram_or_joined(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_opened_in_listing_order_are_listed_ahead() {
+    let (origin, fs) = setup("").await;
+    for top in ["t", "u"] {
+        for d in 0..10 {
+            for f in 0..3 {
+                let k = format!("{top}/d{d:02}/f{f}");
+                origin.put("shoal-test", &k, Bytes::from(k.clone()));
+            }
+        }
+    }
+    origin.faults.set(shoal_testorigin::FaultSettings {
+        first_byte_delay_ms: 20,
+        ..Default::default()
+    });
+    let lists = |origin: &Origin| -> u64 {
+        origin
+            .stats
+            .snapshot()
+            .requests
+            .iter()
+            .filter(|r| r.kind.method == "GET" && r.kind.key.is_empty())
+            .map(|r| r.count)
+            .sum()
+    };
+    // As `find` walks: a directory, then each subdirectory in listing order.
+    let walk = |top: &'static str, reverse: bool| {
+        let fs = fs.clone();
+        async move {
+            let root = fs.opendir(ROOT).await.unwrap();
+            let ino = root.iter().find(|e| e.name == top).unwrap().ino;
+            let mut dirs: Vec<DirEntry> = fs.opendir(ino).await.unwrap().to_vec();
+            if reverse {
+                dirs.reverse();
+            }
+            for d in dirs {
+                let names: Vec<String> = fs
+                    .opendir(d.ino)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.name.clone())
+                    .collect();
+                assert_eq!(names, ["f0", "f1", "f2"], "{top}/{}", d.name);
+            }
+        }
+    };
+    origin.stats.reset();
+    walk("t", false).await;
+    // After two in order, every later directory was listed ahead of its visit,
+    // and each listing was fetched once (a visit joins the listing in flight).
+    assert_eq!(fs.stats.prefetched_listings.load(Relaxed), 8);
+    assert_eq!(lists(&origin), 12, "root, t and its 10 directories");
+    // In reverse order: nothing ahead, nothing twice.
+    origin.stats.reset();
+    walk("u", true).await;
+    assert_eq!(fs.stats.prefetched_listings.load(Relaxed), 8);
+    assert_eq!(lists(&origin), 11, "u and its 10 directories");
+    assert_eq!(fs.stats.prefetched_files.load(Relaxed), 0, "no file opened");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walk_down_a_tree_continues_into_each_directory() {
+    let (origin, fs) = setup("").await;
+    for d in 0..4 {
+        for f in 0..3 {
+            let k = format!("v/d{d}/f{f}");
+            origin.put("shoal-test", &k, Bytes::from(k.clone()));
+        }
+    }
+    // As `tar` or `cp -r` walks: each directory's files in order, then the next
+    // directory.
+    let root = fs.opendir(ROOT).await.unwrap();
+    let v = fs.opendir(root[0].ino).await.unwrap();
+    origin.stats.reset();
+    for d in v.iter() {
+        let files = fs.opendir(d.ino).await.unwrap();
+        for f in files.iter() {
+            let h = fs.open(f.ino).await.unwrap();
+            let got = fs.read(h.fh, 0, 100).await.unwrap();
+            assert_eq!(got, format!("v/{}/{}", d.name, f.name));
+            fs.release(h.fh);
+        }
+    }
+    // d0: its third file once two were opened in order. d1 to d3, entered from
+    // the walk over v: two files ahead from their first open on.
+    assert_eq!(fs.stats.prefetched_files.load(Relaxed), 1 + 3 * 2);
+    assert_eq!(origin.stats.snapshot().object_gets(), 12, "each file once");
 }

@@ -6,7 +6,9 @@
 //! block. Two opens in a row in listing order start a window of files, doubling
 //! with each further one up to a maximum; the first block of each file in the window
 //! is fetched into the RAM tier before the file is opened. Any other open ends the
-//! walk, so random access over a directory fetches nothing extra.
+//! walk, so random access over a directory fetches nothing extra. A directory
+//! entered from a walk in its parent (`tar`, `cp -r` going down a tree) counts as
+//! walked already: its first open in order fetches ahead.
 
 use std::ops::Range;
 
@@ -51,6 +53,36 @@ impl DirWalk {
             return next..next;
         }
         self.window = (self.window * 2).clamp(2, max_files);
+        self.extend(next, len, budget, cost)
+    }
+
+    /// Marks a directory entered from a walk in its parent as walked, as if the
+    /// entry before its first had just been opened in order, with the window
+    /// the walk has grown to: a walker going down a tree of small directories
+    /// must not start over in each. Nothing is fetched yet: a walker that only
+    /// lists (`find`, `du`) opens no file, and must not cost file reads. A
+    /// directory already walked is left as it is.
+    pub fn entered(&mut self, max_files: usize) {
+        if self.next.is_none() && max_files > 0 {
+            self.next = Some(0);
+            self.window = (max_files / 2).max(1);
+        }
+    }
+
+    /// Whether the last open was part of a walk.
+    pub fn walking(&self) -> bool {
+        self.window > 0
+    }
+
+    /// Fetches ahead up to `window` entries from `next`: the new ones, within
+    /// `budget` together with those still ahead.
+    fn extend(
+        &mut self,
+        next: usize,
+        len: usize,
+        budget: u64,
+        cost: impl Fn(usize) -> u64,
+    ) -> Range<usize> {
         let from = self.fetched_until.max(next);
         let mut ahead: u64 = (next..from).map(&cost).sum();
         let mut to = from;
@@ -132,6 +164,31 @@ mod tests {
         let mut w = DirWalk::default();
         w.opened(0, 100, 8, 25, |_| 30);
         assert_eq!(w.opened(1, 100, 8, 25, |_| 30), 2..2);
+    }
+
+    #[test]
+    fn a_directory_entered_from_a_walk_is_walked_from_its_first_open() {
+        let mut w = DirWalk::default();
+        w.entered(8);
+        assert!(w.walking());
+        assert_eq!(walk(&mut w, 0), 1..9, "the first open fetches a full window");
+        assert_eq!(walk(&mut w, 1), 9..10);
+        w.entered(8);
+        assert_eq!(walk(&mut w, 2), 10..11, "entering again changes nothing");
+
+        let mut w = DirWalk::default();
+        w.entered(8);
+        assert_eq!(walk(&mut w, 3), 4..12, "a short skip is still the walk");
+        let mut w = DirWalk::default();
+        w.entered(0);
+        assert!(!w.walking());
+        let mut w = DirWalk::default();
+        walk(&mut w, 3);
+        w.entered(8);
+        assert!(
+            !w.walking(),
+            "a directory already opened in is left as it is"
+        );
     }
 
     #[test]
