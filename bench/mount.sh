@@ -14,12 +14,18 @@ for t in fio rclone s3fs fusermount3; do command -v "$t" >/dev/null || need+=("$
 [ ${#need[@]} -eq 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio rclone s3fs fuse3 >/dev/null; }
 build
 
-echo "seeding: ${SIZE_MB} MiB object, 4 x $((SIZE_MB / 4)) MiB, 1,000 small files, 10,000 keys" >&2
+echo "seeding: ${SIZE_MB} MiB object, 4 x $((SIZE_MB / 4)) MiB, 1,000 small files, a tree of 200 x 5 files, 10,000 keys" >&2
 mkdir -p "$work/seed/par" "$work/seed/small" "$work/seed/many"
 head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/obj.bin"
 for i in 1 2 3 4; do head -c "$((SIZE_MB / 4))M" /dev/urandom >"$work/seed/par/p$i.bin"; done
 head -c 4096000 /dev/urandom | split -b 4096 -a 3 -d - "$work/seed/small/f"
 cp -r "$work/seed/small" "$work/seed/small2"
+# A tree: 200 directories of 5 files of 2 KB, twice (one copy per mount).
+for d in $(seq -w 0 199); do
+  mkdir -p "$work/seed/tree/d$d"
+  for f in 1 2 3 4 5; do head -c 2000 /dev/urandom >"$work/seed/tree/d$d/f$f"; done
+done
+cp -r "$work/seed/tree" "$work/seed/tree2"
 (cd "$work/seed/many" && seq -f 'k%05g' 0 9999 | xargs touch)
 
 start_slow_cluster 256MiB
@@ -63,6 +69,10 @@ read -r iops64 p99_64 <<<"$(fio_run 64k)"
 drop_cache; small=$(secs bash -c "cat '$S'/small/* >/dev/null")
 # Another copy of the files, so the nodes are as cold for it as for the first.
 drop_cache; small0=$(secs bash -c "cat '$work/shoal0'/small2/* >/dev/null")
+# The tree, walked by find then read by tar; the prefetch-off mount on the copy.
+drop_cache; tfind=$(secs find "$S/tree"); tfind0=$(secs find "$work/shoal0/tree2")
+ttar=$(secs bash -c "tar -C '$S' -cf - tree | cat >/dev/null")
+ttar0=$(secs bash -c "tar -C '$work/shoal0' -cf - tree2 | cat >/dev/null")
 find_t=$(secs find "$S/many")
 list_t=$(secs "$bin/examples/s3_get" "$work/direct.toml" ls s3://bench/many/)
 
@@ -97,5 +107,7 @@ row "4 KiB random read IOPS / p99 ms" "$iops4" "p99 ${p99_4} ms"
 row "64 KiB random read IOPS / p99 ms" "$iops64" "p99 ${p99_64} ms"
 row "1,000 small files s: shoal / prefetch off" "$small / $small0" "$(ratio "$small0" "$small") x faster"
 row "1,000 small files s: rclone / s3fs" "$rc_small / $s3_small" "shoal $(ratio "$rc_small" "$small") x faster"
+row "find over 200 directories s: shoal / prefetch off" "$tfind / $tfind0" "$(ratio "$tfind0" "$tfind") x faster"
+row "tar of those 200 x 5 files s: shoal / prefetch off" "$ttar / $ttar0" "$(ratio "$ttar0" "$ttar") x faster"
 row "find over 10,000 keys s / bare ListObjectsV2 s" "$find_t" "$(ratio "$find_t" "$list_t") x listing"
 echo "baselines: origin parallel ranged GETs $o MB/s; null FUSE $null MB/s (page-cache re-read $null_reread MB/s); local page cache $local_pc MB/s; rclone $rc MB/s; s3fs $s3 MB/s"

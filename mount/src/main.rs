@@ -54,8 +54,9 @@ struct Args {
     /// Blocks in flight per sequential reader.
     #[arg(long, value_name = "BLOCKS")]
     read_window: Option<usize>,
-    /// Files fetched ahead when a directory's files are opened in listing order
-    /// (cp -r, tar, cat dir/*); 0 turns it off (default 32).
+    /// Entries fetched ahead when a directory's entries are visited in listing
+    /// order (cp -r, tar, cat dir/*, find): a file's first block, a directory's
+    /// listing; 0 turns it off (default 32).
     #[arg(long, value_name = "FILES")]
     prefetch_files: Option<usize>,
     /// Serve Prometheus metrics on this address, like 127.0.0.1:9180.

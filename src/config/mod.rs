@@ -265,7 +265,7 @@ pub struct MountConfig {
     pub mountpoint: Option<PathBuf>,
     pub metadata_ttl: Duration,
     pub negative_ttl: Duration,
-    /// Files fetched ahead of a directory walked in listing order (0: off).
+    /// Entries fetched ahead of a directory walked in listing order (0: off).
     pub prefetch_files: usize,
     pub uid: Option<u32>,
     pub gid: Option<u32>,

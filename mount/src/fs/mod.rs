@@ -61,8 +61,8 @@ pub struct FsOptions {
     pub gid: u32,
     pub file_mode: u16,
     pub dir_mode: u16,
-    /// Most files of a directory walked in order whose first block is fetched
-    /// ahead (0: none).
+    /// Most entries of a directory walked in order fetched ahead (a file's first
+    /// block, a directory's listing; 0: none).
     pub prefetch_files: usize,
 }
 

@@ -171,7 +171,11 @@ mod tests {
         let mut w = DirWalk::default();
         w.entered(8);
         assert!(w.walking());
-        assert_eq!(walk(&mut w, 0), 1..9, "the first open fetches a full window");
+        assert_eq!(
+            walk(&mut w, 0),
+            1..9,
+            "the first open fetches a full window"
+        );
         assert_eq!(walk(&mut w, 1), 9..10);
         w.entered(8);
         assert_eq!(walk(&mut w, 2), 10..11, "entering again changes nothing");
