@@ -1,14 +1,15 @@
-//! Read-ahead across the files of a directory.
+//! Read-ahead across the entries of a directory.
 //!
-//! A directory walked in listing order (`cp -r`, `tar`, `cat dir/*`, a training
-//! loop over small samples) otherwise pays the origin's first-byte latency once per
-//! file, one file at a time: read-ahead within a file cannot help a file of one
-//! block. Two opens in a row in listing order start a window of files, doubling
-//! with each further one up to a maximum; the first block of each file in the window
-//! is fetched into the RAM tier before the file is opened. Any other open ends the
-//! walk, so random access over a directory fetches nothing extra. A directory
-//! entered from a walk in its parent (`tar`, `cp -r` going down a tree) counts as
-//! walked already: its first open in order fetches ahead.
+//! A directory walked in listing order (`cp -r`, `tar`, `cat dir/*`, `find`, a
+//! training loop over small samples) otherwise pays the origin's first-byte
+//! latency once per entry, one at a time: read-ahead within a file cannot help a
+//! file of one block, nor a directory's listing. Two visits in a row in listing
+//! order (files or directories opened) start a window of entries, doubling with
+//! each further one up to a maximum; each entry in the window is fetched before
+//! it is visited (a file's first block, a directory's listing). Any other visit
+//! ends the walk, so random access over a directory fetches nothing extra. A
+//! directory entered from a walk in its parent (`tar`, `cp -r` going down a tree)
+//! counts as walked already: its first visit in order fetches ahead.
 
 use std::ops::Range;
 
@@ -17,7 +18,7 @@ use std::ops::Range;
 pub struct DirWalk {
     /// Index after the last entry opened; `None` before the first open.
     next: Option<usize>,
-    /// Files to keep fetched ahead (0 until opens are seen in order).
+    /// Entries to keep fetched ahead (0 until visits are seen in order).
     window: usize,
     /// Entries below this index were already asked for.
     fetched_until: usize,
