@@ -401,6 +401,34 @@ impl S3 for NodeApi {
         }))
     }
 
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        self.node
+            .metrics
+            .origin_requests
+            .get_or_create(&crate::metrics::KindLabel { kind: "list" })
+            .inc();
+        let buckets = self
+            .node
+            .origin()
+            .list_buckets()
+            .await
+            .map_err(s3_error)?
+            .into_iter()
+            .map(|(name, created)| Bucket {
+                name: Some(name),
+                creation_date: created.map(Timestamp::from),
+                bucket_region: None,
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            ..Default::default()
+        }))
+    }
+
     async fn head_bucket(
         &self,
         req: S3Request<HeadBucketInput>,

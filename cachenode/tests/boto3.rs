@@ -99,6 +99,7 @@ assert v1(Delimiter="/") == ([], ["l/", "m/"])
 # A marker given by hand is "start after".
 after = s3.list_objects(Bucket=bucket, Prefix="l/", Marker="l/d1/x")
 assert [o["Key"] for o in after["Contents"]] == want_l[3:], after["Contents"]
+assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 try:
     s3.list_objects(Bucket="no-such-bucket")
     raise SystemExit("listed a missing bucket")

@@ -275,6 +275,37 @@ impl S3Client {
         }
     }
 
+    /// The buckets the credentials may see, with their creation times.
+    pub async fn list_buckets(&self) -> Result<Vec<(String, Option<SystemTime>)>, S3Error> {
+        let call = Call {
+            method: Method::GET,
+            bucket: "",
+            key: "",
+            query: String::new(),
+            signed: vec![],
+            unsigned: vec![],
+            body: Bytes::new(),
+            range: None,
+            retry: true,
+        };
+        let resp = self.execute(call).await?;
+        let body = read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await?;
+        let parsed: xml::ListAllMyBucketsResult =
+            xml::parse_as(&body).map_err(|message| S3Error::Protocol {
+                endpoint: self.inner.label.clone(),
+                message,
+            })?;
+        Ok(parsed
+            .buckets
+            .bucket
+            .into_iter()
+            .map(|b| {
+                let created = b.creation_date.as_deref().and_then(parse_iso8601);
+                (b.name, created)
+            })
+            .collect())
+    }
+
     /// `HEAD` of a bucket: does it exist and may we read it.
     pub async fn head_bucket(&self, bucket: &str) -> Result<(), S3Error> {
         let call = Call {
@@ -596,6 +627,8 @@ impl S3Client {
         let host = ep.host_str().unwrap_or_default();
         let port = ep.port().map(|p| format!(":{p}")).unwrap_or_default();
         let (authority, path) = match self.inner.opts.addressing {
+            // The service itself (ListBuckets), whatever the addressing.
+            _ if bucket.is_empty() => (format!("{host}{port}"), "/".to_owned()),
             Addressing::Path if key.is_empty() => (
                 format!("{host}{port}"),
                 format!("/{}", encode::path(bucket)),

@@ -57,6 +57,27 @@ pub struct CompleteMultipartUploadResult {
     pub etag: String,
 }
 
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListAllMyBucketsResult {
+    #[serde(default)]
+    pub buckets: Buckets,
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct Buckets {
+    #[serde(default)]
+    pub bucket: Vec<BucketEntry>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "PascalCase")]
+pub struct BucketEntry {
+    pub name: String,
+    pub creation_date: Option<String>,
+}
+
 /// A small XML answer as `T`.
 pub fn parse_as<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let s = std::str::from_utf8(body).map_err(|e| format!("answer is not UTF-8: {e}"))?;
@@ -88,6 +109,26 @@ mod tests {
         assert!(l.is_truncated);
         assert_eq!(l.next_continuation_token.as_deref(), Some("tok"));
         assert!(parse_list(b"<ListBucketResult><Contents><Key>x</Key></Contents>").is_err());
+    }
+
+    #[test]
+    fn parses_bucket_list() {
+        let body = br#"<?xml version="1.0" encoding="UTF-8"?>
+<ListAllMyBucketsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Owner><ID>abc</ID><DisplayName>me</DisplayName></Owner>
+  <Buckets>
+    <Bucket><Name>one</Name><CreationDate>2026-01-02T03:04:05.000Z</CreationDate></Bucket>
+    <Bucket><Name>two</Name></Bucket>
+  </Buckets>
+</ListAllMyBucketsResult>"#;
+        let r: ListAllMyBucketsResult = parse_as(body).unwrap();
+        let names: Vec<&str> = r.buckets.bucket.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["one", "two"]);
+        assert!(r.buckets.bucket[1].creation_date.is_none());
+        let empty: ListAllMyBucketsResult =
+            parse_as(b"<ListAllMyBucketsResult><Buckets></Buckets></ListAllMyBucketsResult>")
+                .unwrap();
+        assert!(empty.buckets.bucket.is_empty());
     }
 
     #[test]
