@@ -191,32 +191,15 @@ async fn works_as_a_mount_helper_with_fstab_options() {
 async fn metrics_endpoint_reports_reads() {
     let o = origin().await;
     o.put(BUCKET, "m.bin", common::data(3 << 20, 5));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &["--metrics-addr", &addr]);
     let f = m.path("m.bin");
     let n = tokio::task::spawn_blocking(move || std::fs::read(f).unwrap().len())
         .await
         .unwrap();
     assert_eq!(n, 3 << 20);
-    let text = tokio::task::spawn_blocking(move || {
-        let out = Command::new("curl")
-            .args(["-sS", &format!("http://{addr}/metrics")])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    })
-    .await
-    .unwrap();
-    let value = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
-    };
+    let text = metrics_text(&addr).await;
+    let value = |name: &str| metric(&text, name);
     assert!(value("shoal_mount_read_bytes ") >= (3 << 20) as f64);
     assert!(value("shoal_client_fallbacks_total{cause=\"no_nodes\"} ") >= 3.0);
     assert!(

@@ -411,12 +411,7 @@ async fn a_directory_of_small_files_is_read_ahead() {
     let refs: Vec<(&str, Bytes)> = files.iter().map(|(k, b)| (k.as_str(), b.clone())).collect();
     seed(&o, "", &local, &refs);
     let n1 = start_node(&o, dir.path(), "n1");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let m = Mount::start(
         &mount_toml(&o, &[&n1], ""),
         BUCKET,
@@ -425,12 +420,8 @@ async fn a_directory_of_small_files_is_read_ahead() {
     // The shell's glob lists the directory; cat opens the files in its order.
     let cat = |root: &str| format!("cd {root}/small && LC_ALL=C cat * | md5sum");
     assert_eq!(sh_ok(&cat(&q(&m.mnt))).await, sh_ok(&cat(&q(&local))).await);
-    let text = sh_ok(&format!("curl -sS http://{addr}/metrics")).await;
-    let value = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
-    };
+    let text = metrics_text(&addr).await;
+    let value = |name: &str| metric(&text, name);
     // Every file after the first two was fetched ahead of its open, and no file
     // was fetched twice.
     assert_eq!(value("shoal_mount_prefetched_files "), 58.0);
@@ -447,24 +438,15 @@ async fn find_over_a_tree_lists_each_directory_once_and_ahead() {
         .collect();
     let refs: Vec<(&str, Bytes)> = files.iter().map(|(k, b)| (k.as_str(), b.clone())).collect();
     seed(&o, "", &local, &refs);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_addr();
     let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &["--metrics-addr", &addr]);
     let find = |root: &str| format!("cd {root} && find tree | sort");
     assert_eq!(
         sh_ok(&find(&q(&m.mnt))).await,
         sh_ok(&find(&q(&local))).await
     );
-    let text = sh_ok(&format!("curl -sS http://{addr}/metrics")).await;
-    let value = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
-    };
+    let text = metrics_text(&addr).await;
+    let value = |name: &str| metric(&text, name);
     // The mount's root (find opens its starting directory), tree/ and its 12
     // directories, each listed once; all but the first two of them ahead of
     // find's visit.

@@ -240,3 +240,25 @@ pub fn seed(o: &Origin, prefix: &str, local: &Path, files: &[(&str, Bytes)]) {
 pub fn q(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
+
+/// A free loopback address for a mount's `--metrics-addr`.
+pub fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// A mount's metrics page, read from `addr`.
+pub async fn metrics_text(addr: &str) -> String {
+    sh_ok(&format!("curl -sS http://{addr}/metrics")).await
+}
+
+/// The value of the sample `name` (labels included, then a space) in `text`.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+}
