@@ -48,21 +48,12 @@ async fn boto3_reads_through_a_node() {
     let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
     let body = data(9 * 1024 * 1024 + 123, 21);
     let etag = origin.put(BUCKET, "data/file.bin", body);
-    let out = tokio::process::Command::new("python3")
-        .args(["-c", SCRIPT])
-        .arg(format!("http://{}", node.addr))
-        .args([BUCKET, "data/file.bin", NODE_SECRET, &etag])
-        .output()
-        .await
-        .expect("python3 runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success(),
-        "boto3 script failed:\n{stdout}\n{stderr}"
-    );
+    let endpoint = format!("http://{}", node.addr);
+    let stdout = python(
+        SCRIPT,
+        &[&endpoint, BUCKET, "data/file.bin", NODE_SECRET, &etag],
+    )
+    .await;
     assert!(stdout.contains("boto3 ok 9437307"), "{stdout}");
 }
 
@@ -124,10 +115,16 @@ async fn boto3_lists_with_version_1_and_markers() {
     ] {
         origin.put(BUCKET, k, bytes::Bytes::from_static(b"x"));
     }
+    let endpoint = format!("http://{}", node.addr);
+    let stdout = python(LIST_SCRIPT, &[&endpoint, BUCKET, NODE_SECRET]).await;
+    assert!(stdout.contains("list ok"), "{stdout}");
+}
+
+/// Runs a Python script with `args`; its standard output, once it succeeded.
+async fn python(script: &str, args: &[&str]) -> String {
     let out = tokio::process::Command::new("python3")
-        .args(["-c", LIST_SCRIPT])
-        .arg(format!("http://{}", node.addr))
-        .args([BUCKET, NODE_SECRET])
+        .args(["-c", script])
+        .args(args)
         .output()
         .await
         .expect("python3 runs");
@@ -139,5 +136,5 @@ async fn boto3_lists_with_version_1_and_markers() {
         out.status.success(),
         "boto3 script failed:\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("list ok"), "{stdout}");
+    stdout.into_owned()
 }

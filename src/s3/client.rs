@@ -208,23 +208,10 @@ impl S3Client {
             .map(|(k, v)| format!("{k}={}", encode::query_value(v)))
             .collect::<Vec<_>>()
             .join("&");
-        let call = Call {
-            method: Method::GET,
-            bucket: &req.bucket,
-            key: "",
-            query,
-            signed: vec![],
-            unsigned: vec![],
-            body: Bytes::new(),
-            range: None,
-            retry: true,
-        };
-        let resp = self.execute(call).await?;
-        let body = read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await?;
-        let parsed = xml::parse_list(&body).map_err(|message| S3Error::Protocol {
-            endpoint: self.inner.label.clone(),
-            message,
-        })?;
+        let body = self
+            .small_call(Method::GET, &req.bucket, "", query, Bytes::new(), true)
+            .await?;
+        let parsed = xml::parse_list(&body).map_err(|m| protocol(&self.inner.label, m))?;
         let objects = parsed
             .contents
             .into_iter()
@@ -277,24 +264,11 @@ impl S3Client {
 
     /// The buckets the credentials may see, with their creation times.
     pub async fn list_buckets(&self) -> Result<Vec<(String, Option<SystemTime>)>, S3Error> {
-        let call = Call {
-            method: Method::GET,
-            bucket: "",
-            key: "",
-            query: String::new(),
-            signed: vec![],
-            unsigned: vec![],
-            body: Bytes::new(),
-            range: None,
-            retry: true,
-        };
-        let resp = self.execute(call).await?;
-        let body = read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await?;
-        let parsed: xml::ListAllMyBucketsResult =
-            xml::parse_as(&body).map_err(|message| S3Error::Protocol {
-                endpoint: self.inner.label.clone(),
-                message,
-            })?;
+        let body = self
+            .small_call(Method::GET, "", "", String::new(), Bytes::new(), true)
+            .await?;
+        let parsed = xml::parse_as::<xml::ListAllMyBucketsResult>(&body)
+            .map_err(|m| protocol(&self.inner.label, m))?;
         Ok(parsed
             .buckets
             .bucket
