@@ -147,12 +147,17 @@ struct Resolved {
 }
 
 impl NodeApi {
-    async fn list_origin(&self, req: ListRequest) -> S3Result<ListPage> {
+    /// Listings of buckets and of objects are one kind of origin request.
+    fn count_origin_list(&self) {
         self.node
             .metrics
             .origin_requests
             .get_or_create(&crate::metrics::KindLabel { kind: "list" })
             .inc();
+    }
+
+    async fn list_origin(&self, req: ListRequest) -> S3Result<ListPage> {
+        self.count_origin_list();
         self.node
             .origin()
             .list_objects_v2(&req)
@@ -405,11 +410,7 @@ impl S3 for NodeApi {
         &self,
         _req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        self.node
-            .metrics
-            .origin_requests
-            .get_or_create(&crate::metrics::KindLabel { kind: "list" })
-            .inc();
+        self.count_origin_list();
         let buckets = self
             .node
             .origin()

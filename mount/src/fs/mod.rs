@@ -132,8 +132,10 @@ pub struct Fs {
     listing_flights: Coalescer<u64, Arc<Vec<DirEntry>>>,
     negative: Mutex<HashMap<(u64, String), Instant>>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
-    /// Open order per directory inode, for read-ahead across files.
+    /// Visit order per directory inode, for read-ahead across its entries.
     walks: Mutex<HashMap<u64, walk::DirWalk>>,
+    /// Whether files can be fetched ahead: only into a client RAM tier.
+    fetch_blocks: bool,
     next_fh: AtomicU64,
     mounted_at: SystemTime,
     pub stats: FsStats,
@@ -173,6 +175,7 @@ impl Fs {
         Fs {
             opts,
             origin,
+            fetch_blocks: reader.ram_stats().capacity_bytes > 0,
             reader,
             inodes: Mutex::new(Inodes {
                 by_ino,
@@ -430,10 +433,9 @@ impl Fs {
             return Err(FsError::NotDir);
         }
         // A fresh listing of the parent answers without asking the origin.
-        let cached = self.dirs.lock().unwrap().get(&parent).and_then(|l| {
-            (l.fetched.elapsed() < self.opts.metadata_ttl)
-                .then(|| l.entries.iter().find(|e| e.name == name).map(|e| e.ino))
-        });
+        let cached = self
+            .fresh_listing(parent)
+            .map(|entries| find_entry(&entries, name).map(|i| entries[i].ino));
         match cached {
             Some(Some(ino)) => return self.getattr_cached(ino),
             Some(None) => return Err(FsError::NotFound),
@@ -494,14 +496,7 @@ impl Fs {
         let fresh = {
             let t = self.inodes.lock().unwrap();
             let n = &t.by_ino[&ino];
-            (n.fetched.elapsed() < self.opts.metadata_ttl && !n.etag.is_empty()).then(|| {
-                ObjectMeta {
-                    size: n.size,
-                    etag: n.etag.clone(),
-                    last_modified: Some(n.mtime),
-                    content_type: None,
-                }
-            })
+            self.fresh_meta(n)
         };
         let meta = match fresh {
             Some(m) => m,
@@ -551,8 +546,7 @@ impl Fs {
         let Some(entries) = self.fresh_listing(parent) else {
             return false;
         };
-        // Listings are sorted by name (see `list_dir`).
-        let Ok(idx) = entries.binary_search_by(|e| e.name.as_str().cmp(name)) else {
+        let Some(idx) = find_entry(&entries, name) else {
             return false;
         };
         self.walk_step(parent, &entries, |w, len, max, budget, cost| {
@@ -564,15 +558,29 @@ impl Fs {
     /// listing order continues the walk.
     fn enter(&self, ino: u64) {
         if self.opts.prefetch_files > 0 {
-            let mut walks = self.walks.lock().unwrap();
-            if walks.len() > 4096 && !walks.contains_key(&ino) {
-                walks.clear();
-            }
-            walks
-                .entry(ino)
-                .or_default()
-                .entered(self.opts.prefetch_files);
+            self.with_walk(ino, |w| w.entered(self.opts.prefetch_files));
         }
+    }
+
+    /// Runs `f` on the walk over directory `dir`. Walks of directories nobody
+    /// visits any more are dropped wholesale past a bound: losing one only
+    /// restarts its detection.
+    fn with_walk<T>(&self, dir: u64, f: impl FnOnce(&mut walk::DirWalk) -> T) -> T {
+        let mut walks = self.walks.lock().unwrap();
+        if walks.len() > 4096 && !walks.contains_key(&dir) {
+            walks.clear();
+        }
+        f(walks.entry(dir).or_default())
+    }
+
+    /// What is known of a file's version, if it is fresh enough to pin.
+    fn fresh_meta(&self, n: &Inode) -> Option<ObjectMeta> {
+        (n.fetched.elapsed() < self.opts.metadata_ttl && !n.etag.is_empty()).then(|| ObjectMeta {
+            size: n.size,
+            etag: n.etag.clone(),
+            last_modified: Some(n.mtime),
+            content_type: None,
+        })
     }
 
     /// Moves the walk over directory `dir` one step and fetches ahead the entries
@@ -584,7 +592,6 @@ impl Fs {
         entries: &[DirEntry],
         step: impl FnOnce(&mut walk::DirWalk, usize, usize, u64, &dyn Fn(usize) -> u64) -> Range<usize>,
     ) -> bool {
-        let fetch_blocks = self.reader.ram_stats().capacity_bytes > 0;
         let bs = self.reader.block_size();
         let budget = self.reader.read_window() as u64 * bs;
         let (walking, files, dirs) = {
@@ -592,17 +599,12 @@ impl Fs {
             // What an entry in the window holds once fetched: a file's first block;
             // a listing is small.
             let first_block = |i: usize| match entries[i].kind {
-                Kind::File if fetch_blocks => {
+                Kind::File if self.fetch_blocks => {
                     t.by_ino.get(&entries[i].ino).map_or(0, |n| n.size.min(bs))
                 }
                 _ => 0,
             };
-            let (walking, range) = {
-                let mut walks = self.walks.lock().unwrap();
-                if walks.len() > 4096 && !walks.contains_key(&dir) {
-                    walks.clear();
-                }
-                let w = walks.entry(dir).or_default();
+            let (walking, range) = self.with_walk(dir, |w| {
                 let range = step(
                     w,
                     entries.len(),
@@ -611,24 +613,17 @@ impl Fs {
                     &first_block,
                 );
                 (w.walking(), range)
-            };
+            });
             let mut files: Vec<(String, ObjectMeta)> = Vec::new();
             let mut dirs: Vec<u64> = Vec::new();
             for e in &entries[range] {
                 match e.kind {
                     Kind::Dir => dirs.push(e.ino),
-                    Kind::File if fetch_blocks => {
+                    Kind::File if self.fetch_blocks => {
                         let Some(n) = t.by_ino.get(&e.ino) else {
                             continue;
                         };
-                        let fresh = n.fetched.elapsed() < self.opts.metadata_ttl;
-                        if fresh && n.size > 0 && !n.etag.is_empty() {
-                            let meta = ObjectMeta {
-                                size: n.size,
-                                etag: n.etag.clone(),
-                                last_modified: Some(n.mtime),
-                                content_type: None,
-                            };
+                        if let Some(meta) = self.fresh_meta(n).filter(|m| m.size > 0) {
                             files.push((self.full_key(&n.path), meta));
                         }
                     }
@@ -779,6 +774,11 @@ impl Fs {
             .await
             .map(drop)
     }
+}
+
+/// The index of `name` in a listing: listings are sorted by name (see `list_dir`).
+fn find_entry(entries: &[DirEntry], name: &str) -> Option<usize> {
+    entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok()
 }
 
 #[cfg(test)]
