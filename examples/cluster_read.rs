@@ -11,7 +11,7 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use shoal::cluster::{ClusterReader, ReaderOptions};
 use shoal::config::Config;
-use shoal::s3::S3Client;
+use shoal::store::s3::S3Client;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -5,7 +5,8 @@
 use std::io::Write;
 
 use shoal::config::Config;
-use shoal::s3::{ByteRange, GetObject, S3Client};
+use shoal::store::s3::S3Client;
+use shoal::store::{ByteRange, GetObject};
 
 fn split(url: &str) -> Result<(String, String), String> {
     let rest = url

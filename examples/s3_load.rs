@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use shoal::config::{Addressing, CredentialMode, Credentials, RetryPolicy, Timeouts};
-use shoal::s3::{ByteRange, GetObject, S3Client, S3ClientOptions};
+use shoal::store::s3::{S3Client, S3ClientOptions};
+use shoal::store::{ByteRange, GetObject};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()

@@ -1,13 +1,32 @@
 //! shoal: mount an S3 bucket read-only and serve its reads from a cluster of cache nodes.
 //!
-//! This crate is what `shoal-node`, `shoal-mount` and any embedding service share:
-//! [`config`] (one TOML schema), [`s3`] (the S3 client), and the seams the cache
-//! tiers and the cluster reader are built on ([`source`]).
+//! This crate is what `shoal-node`, `shoal-mount`, the `shoal` CLI and any
+//! embedding service share.
+//!
+//! # Layout
+//!
+//! Each module only uses the ones above it in this list:
+//!
+//! - [`config`]: the one TOML schema, validated once into typed sections.
+//! - [`store`]: the I/O seam. [`store::ObjectStore`] is anything that answers S3's
+//!   reads; [`store::s3::S3Client`] is the real one, and (with the `testing`
+//!   feature) an in-memory store and a fault-injecting wrapper are its doubles.
+//! - [`node_proto`]: shoal's own protocol between readers and nodes on top of S3
+//!   (hop and cached-only headers, the not-cached answer, purges).
+//! - [`blocks`]: block identity, the RAM and disk tiers, single flight, and the
+//!   tier pipeline (RAM, disk, one fetch, fill) both the node and the reader use.
+//! - [`route`]: which node owns a block (rendezvous hashing, normative) and this
+//!   client's live view of each node.
+//! - [`cluster`]: the cluster reader: blocks from their owners with failover,
+//!   hedging and origin fallback.
+//! - [`exposition`]: `/metrics` in the format the scraper asks for.
+//! - [`notify`]: telling systemd a service is ready.
 
-pub mod cache;
+pub mod blocks;
 pub mod cluster;
 pub mod config;
+pub mod exposition;
+pub mod node_proto;
 pub mod notify;
 pub mod route;
-pub mod s3;
-pub mod source;
+pub mod store;

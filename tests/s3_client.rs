@@ -9,7 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{data, TestS3};
 use shoal::config::{CredentialMode, Credentials};
-use shoal::s3::{ByteRange, Deadline, GetObject, ListRequest, S3Client, S3Error};
+use shoal::store::s3::S3Client;
+use shoal::store::{ByteRange, Deadline, GetObject, ListRequest, StoreError};
 use shoal_testorigin::FaultSettings;
 
 #[tokio::test]
@@ -65,7 +66,7 @@ async fn ranged_gets_return_exactly_the_bytes_asked_for() {
             last: None,
         }))
         .await;
-    assert!(matches!(r, Err(S3Error::InvalidRange { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::InvalidRange { .. })), "{r:?}");
 }
 
 #[tokio::test]
@@ -78,7 +79,7 @@ async fn a_prefix_is_not_an_object() {
             .client
             .get_bytes(&GetObject::new(&t.bucket, t.key(k)))
             .await;
-        assert!(matches!(r, Err(S3Error::NoSuchKey { .. })), "{k}: {r:?}");
+        assert!(matches!(r, Err(StoreError::NoSuchKey { .. })), "{k}: {r:?}");
     }
 }
 
@@ -106,7 +107,7 @@ async fn if_match_pins_a_version() {
         .get_bytes(&GetObject::new(&t.bucket, &key).if_match(&old))
         .await;
     assert!(
-        matches!(r, Err(S3Error::PreconditionFailed { .. })),
+        matches!(r, Err(StoreError::PreconditionFailed { .. })),
         "{r:?}"
     );
     let r = t
@@ -114,7 +115,7 @@ async fn if_match_pins_a_version() {
         .head_object(&GetObject::new(&t.bucket, &key).if_match(&old))
         .await;
     assert!(
-        matches!(r, Err(S3Error::PreconditionFailed { .. })),
+        matches!(r, Err(StoreError::PreconditionFailed { .. })),
         "{r:?}"
     );
     let (_, got) = t
@@ -127,7 +128,7 @@ async fn if_match_pins_a_version() {
     req.if_none_match = Some(new.clone());
     let r = t.client.get_object(&req).await;
     assert!(
-        matches!(r, Err(S3Error::NotModified { .. })),
+        matches!(r, Err(StoreError::NotModified { .. })),
         "{:?}",
         r.err()
     );
@@ -140,19 +141,19 @@ async fn missing_key_and_bucket() {
         .client
         .get_bytes(&GetObject::new(&t.bucket, t.key("nope")))
         .await;
-    assert!(matches!(r, Err(S3Error::NoSuchKey { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoSuchKey { .. })), "{r:?}");
     let r = t
         .client
         .head_object(&GetObject::new(&t.bucket, t.key("nope")))
         .await;
-    assert!(matches!(r, Err(S3Error::NoSuchKey { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoSuchKey { .. })), "{r:?}");
     let r = t
         .client
         .get_bytes(&GetObject::new("shoal-no-such-bucket-x1", "k"))
         .await;
-    assert!(matches!(r, Err(S3Error::NoSuchBucket { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoSuchBucket { .. })), "{r:?}");
     let r = t.client.head_bucket("shoal-no-such-bucket-x1").await;
-    assert!(matches!(r, Err(S3Error::NoSuchBucket { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoSuchBucket { .. })), "{r:?}");
     t.client.head_bucket(&t.bucket).await.unwrap();
 }
 
@@ -271,7 +272,7 @@ async fn odd_keys_round_trip() {
         .client
         .get_bytes(&GetObject::new(&t.bucket, "a/../b"))
         .await;
-    assert!(matches!(r, Err(S3Error::InvalidKey { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::InvalidKey { .. })), "{r:?}");
 }
 
 #[tokio::test]
@@ -292,7 +293,7 @@ async fn bad_credentials_are_access_denied() {
         .get_bytes(&GetObject::new(&t.bucket, t.key("secret")))
         .await
         .unwrap_err();
-    assert!(matches!(err, S3Error::AccessDenied { .. }), "{err:?}");
+    assert!(matches!(err, StoreError::AccessDenied { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
         msg.starts_with("AccessDenied: ") && msg.len() > "AccessDenied: ".len() + 5,
@@ -305,7 +306,7 @@ async fn bad_credentials_are_access_denied() {
         .get_bytes(&GetObject::new(&t.bucket, t.key("secret")))
         .await
         .unwrap_err();
-    assert!(matches!(err, S3Error::AccessDenied { .. }), "{err:?}");
+    assert!(matches!(err, StoreError::AccessDenied { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -352,7 +353,10 @@ async fn throttling_is_retried_then_reported_with_its_cause() {
         .await
         .unwrap_err();
     origin.faults.clear();
-    assert!(matches!(err.cause(), S3Error::Throttled { .. }), "{err:?}");
+    assert!(
+        matches!(err.cause(), StoreError::Throttled { .. }),
+        "{err:?}"
+    );
     let msg = err.to_string();
     assert!(
         msg.contains("gave up after 4 attempts") && msg.contains("SlowDown"),
@@ -417,7 +421,7 @@ async fn slow_first_byte_times_out() {
     assert!(
         matches!(
             err.cause(),
-            S3Error::Timeout {
+            StoreError::Timeout {
                 deadline: Deadline::FirstByte,
                 ..
             }
@@ -440,10 +444,13 @@ async fn a_server_that_closes_connections_is_retried_then_reported() {
             drop(sock);
         }
     });
-    let opts = common::client_options(&format!("http://{addr}"), "us-east-1", "k", "s");
+    let opts = common::client_options(&format!("http://{addr}"), "us-east-1", "k", "s", true);
     let c = S3Client::new(opts).unwrap();
     let err = c.get_bytes(&GetObject::new("b", "k")).await.unwrap_err();
-    assert!(matches!(err.cause(), S3Error::Transport { .. }), "{err:?}");
+    assert!(
+        matches!(err.cause(), StoreError::Transport { .. }),
+        "{err:?}"
+    );
     assert!(
         err.to_string().contains("gave up after 4 attempts"),
         "{err}"
@@ -460,9 +467,10 @@ async fn a_server_that_closes_connections_is_retried_then_reported() {
         "us-east-1",
         "k",
         "s",
+        true,
     ))
     .unwrap();
     let err = c.head_object(&GetObject::new("b", "k")).await.unwrap_err();
-    assert!(matches!(err.cause(), S3Error::Connect { .. }), "{err:?}");
+    assert!(matches!(err.cause(), StoreError::Connect { .. }), "{err:?}");
     assert!(err.to_string().contains(&dead.to_string()), "{err}");
 }

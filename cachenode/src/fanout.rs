@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal::config::ClusterConfig;
+use shoal::node_proto::{self, Purge};
 use shoal::route::Membership;
-use shoal::s3::{Purge, S3Client};
+use shoal::store::s3::S3Client;
 use tokio::sync::mpsc;
 
-use crate::metrics::KindLabel;
-use crate::node::Node;
+use crate::metrics::{KindLabel, Metrics};
 
 /// How long the first invalidation of a batch waits for company.
 const COALESCE: Duration = Duration::from_millis(10);
@@ -22,27 +22,25 @@ const BATCH: usize = 256;
 /// Attempts per node and batch; past them the `max_age` backstop takes over.
 const ATTEMPTS: u32 = 3;
 
-/// What to invalidate.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Target {
-    Key(String),
-    Prefix(String),
-    /// Every version of the key but this ETag (after an overwrite).
-    KeyExcept(String, String),
-}
-
 pub struct Fanout {
-    tx: mpsc::UnboundedSender<(String, Target)>,
+    tx: mpsc::UnboundedSender<(String, Purge)>,
+    metrics: Arc<Metrics>,
 }
 
 impl Fanout {
     /// Starts the sender for `cluster`'s nodes and peers, except `self_id`.
-    pub fn start(node: Arc<Node>, cluster: &ClusterConfig, self_id: Option<String>) -> Fanout {
+    pub fn start(
+        metrics: Arc<Metrics>,
+        cluster: &ClusterConfig,
+        region: &str,
+        self_id: Option<String>,
+    ) -> Fanout {
         let membership = Membership::from_config(cluster);
         let _refresh = membership.spawn_refresh();
         let (tx, rx) = mpsc::unbounded_channel();
         let sender = Sender {
-            node,
+            metrics: metrics.clone(),
+            region: region.to_owned(),
             membership,
             peers: cluster.peers.clone(),
             self_id,
@@ -50,20 +48,21 @@ impl Fanout {
             clients: Default::default(),
         };
         tokio::spawn(sender.run(rx));
-        Fanout { tx }
+        Fanout { tx, metrics }
     }
 
     /// Queues an invalidation for every other node; never waits.
-    pub fn send(&self, node: &Node, bucket: &str, target: Target) {
-        node.metrics.fanout_queued.inc();
+    pub fn send(&self, bucket: &str, target: Purge) {
+        self.metrics.fanout_queued.inc();
         if self.tx.send((bucket.to_owned(), target)).is_err() {
-            node.metrics.fanout_queued.dec();
+            self.metrics.fanout_queued.dec();
         }
     }
 }
 
 struct Sender {
-    node: Arc<Node>,
+    metrics: Arc<Metrics>,
+    region: String,
     membership: Arc<Membership>,
     peers: Vec<String>,
     self_id: Option<String>,
@@ -72,7 +71,7 @@ struct Sender {
 }
 
 impl Sender {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<(String, Target)>) {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<(String, Purge)>) {
         let me = Arc::new(self);
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
@@ -83,8 +82,8 @@ impl Sender {
                     _ => break,
                 }
             }
-            me.node.metrics.fanout_queued.dec_by(batch.len() as i64);
-            let mut by_bucket: BTreeMap<String, Vec<Target>> = BTreeMap::new();
+            me.metrics.fanout_queued.dec_by(batch.len() as i64);
+            let mut by_bucket: BTreeMap<String, Vec<Purge>> = BTreeMap::new();
             for (b, t) in batch {
                 let v = by_bucket.entry(b).or_default();
                 if !v.contains(&t) {
@@ -119,29 +118,19 @@ impl Sender {
         t
     }
 
-    async fn deliver(&self, id: &str, bucket: &str, items: &[Target]) {
+    async fn deliver(&self, id: &str, bucket: &str, items: &[Purge]) {
         let client = self.client(id);
-        let purges: Vec<Purge<'_>> = items
-            .iter()
-            .map(|t| match t {
-                Target::Key(k) => Purge::Key(k),
-                Target::Prefix(p) => Purge::Prefix(p),
-                Target::KeyExcept(k, e) => Purge::KeyExcept(k, e),
-            })
-            .collect();
         for attempt in 1..=ATTEMPTS {
-            match client.purge_batch(bucket, &purges).await {
+            match node_proto::purge::purge_batch(&client, bucket, items).await {
                 Ok(_) => {
-                    self.node
-                        .metrics
+                    self.metrics
                         .fanout_batches
                         .get_or_create(&KindLabel { kind: "ok" })
                         .inc();
                     return;
                 }
                 Err(e) if attempt == ATTEMPTS => {
-                    self.node
-                        .metrics
+                    self.metrics
                         .fanout_batches
                         .get_or_create(&KindLabel { kind: "failed" })
                         .inc();
@@ -157,8 +146,7 @@ impl Sender {
         if let Some(c) = clients.get(id) {
             return c.clone();
         }
-        let region = &self.node.origin().options().region;
-        let c = shoal::cluster::node_client(&self.cluster, region, id, 4);
+        let c = node_proto::node_client(&self.cluster, &self.region, id, 4);
         clients.insert(id.to_owned(), c.clone());
         c
     }

@@ -7,9 +7,9 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use shoal::cache::{decode_block, decode_header, encode_header, BlockKey};
+use shoal::blocks::{decode_block, decode_header, encode_header, BlockKey};
 use shoal::config::{Config, Env};
-use shoal::s3::parse;
+use shoal::store::s3::parse;
 
 /// The key the fuzzed node accepts, so seeds can carry real signatures.
 pub const NODE_KEY: &str = "fuzzkey";
@@ -22,7 +22,7 @@ pub fn range(data: &[u8]) {
     };
     if let Ok(r) = s3s::dto::Range::parse(text) {
         for size in [0u64, 1, 4096, 1 << 20, u64::MAX] {
-            if let Ok((start, end, cr)) = crate::s3api::byte_span(&r, size) {
+            if let Ok((start, end, cr)) = crate::api::byte_span(&r, size) {
                 assert!(start < end && end <= size, "{text:?} on {size}");
                 assert_eq!(parse::content_range(&cr), Some((start, end, size)));
             }
@@ -48,7 +48,7 @@ pub fn disk_block(data: &[u8]) {
         again.extend_from_slice(body);
         assert_eq!(again, data);
     }
-    let other = BlockKey::new("b", "k", "e", h.key.index.wrapping_add(1));
+    let other = BlockKey::new("b", "k", "e", h.key.block_size, h.key.index.wrapping_add(1));
     assert!(decode_block(data, &other).is_err());
 }
 
@@ -84,7 +84,7 @@ pub fn config(data: &[u8]) {
 pub fn list_xml(data: &[u8]) {
     if let Ok(page) = parse::list_objects(data) {
         for c in &page.contents {
-            let _ = shoal::s3::key_problem(&c.key);
+            let _ = shoal::store::s3::key_problem(&c.key);
         }
     }
     let _ = parse::error_body(data);

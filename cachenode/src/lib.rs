@@ -1,28 +1,27 @@
 //! `shoal-node`: an S3-compatible cache node.
 //!
-//! [`node`] is the read path (versions, tiers, coalesced fetches from the origin or,
-//! on a gateway, from each block's owner), [`s3api`] the S3 operations on top of it,
-//! [`server`] the HTTP side. [`rules`] decide what is cached, [`passthrough`] serves
-//! what is not, [`writes`] forwards a gateway's writes, [`fanout`] passes
-//! invalidations on to the other nodes. [`build`] makes all of it from a config,
-//! for the binary and for tests.
+//! A request goes [`server`] (HTTP, `/metrics`, `/healthz`) -> [`api`] (the S3
+//! operations, on `s3s`) -> [`node`] (versions, the tier pipeline, fetches from the
+//! origin or, on a gateway, from each block's owner). [`rules`] decide what is
+//! cached; [`fanout`] passes invalidations on to the other nodes. [`build`] makes
+//! all of it from a config, for the binary and for tests. `api` uses `node`, never
+//! the other way round.
 
+pub mod api;
 pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
 pub mod node;
-pub mod passthrough;
 pub mod rules;
-pub mod s3api;
 pub mod server;
-pub mod writes;
+mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use shoal::config::{AuthConfig, Config};
-use shoal::s3::S3Client;
+use shoal::store::s3::S3Client;
 
 pub use server::{serve, App};
 
@@ -108,10 +107,17 @@ pub fn build(
         None => e.to_string(),
     })?;
     let node = Arc::new(node);
-    let fanout = cfg
-        .cluster()
-        .map(|c| Arc::new(fanout::Fanout::start(node.clone(), c, self_id)));
-    let writes = cfg.gateway.writes.then(|| writes::Writes {
+    let fanout = cfg.cluster().map(|c| {
+        Arc::new(fanout::Fanout::start(
+            node.metrics.clone(),
+            c,
+            &origin_cfg.region,
+            self_id,
+        ))
+    });
+    let writes = cfg.gateway.writes.then(|| api::writes::Writes {
+        node: node.clone(),
+        fanout: fanout.clone(),
         warm: if cfg.gateway.warm_on_write {
             reader.clone()
         } else {
@@ -136,7 +142,7 @@ pub fn build(
             cfg.file
         ));
     }
-    let mut builder = s3s::service::S3ServiceBuilder::new(s3api::NodeApi {
+    let mut builder = s3s::service::S3ServiceBuilder::new(api::NodeApi {
         node: node.clone(),
         fanout: fanout.clone(),
         writes,
@@ -155,7 +161,7 @@ pub fn build(
             false
         }
     };
-    builder.set_route(s3api::PurgeRoute {
+    builder.set_route(api::PurgeRoute {
         node: node.clone(),
         fanout,
         open,
@@ -171,7 +177,7 @@ pub fn build(
         r.metrics.register(&mut registry);
     }
     let tls = match &cfg.tls {
-        Some(t) => Some(tls_acceptor(&t.cert, &t.key)?),
+        Some(t) => Some(tls::acceptor(&t.cert, &t.key)?),
         None => None,
     };
     Ok((
@@ -183,36 +189,4 @@ pub fn build(
         }),
         tls,
     ))
-}
-
-fn tls_acceptor(
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> Result<tokio_rustls::TlsAcceptor, String> {
-    use std::io::BufReader;
-    let certs = rustls_pemfile::certs(&mut BufReader::new(
-        std::fs::File::open(cert).map_err(|e| format!("tls.cert {}: {e}", cert.display()))?,
-    ))
-    .collect::<Result<Vec<_>, _>>()
-    .map_err(|e| format!("tls.cert {}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "tls.cert {}: no certificate in the file",
-            cert.display()
-        ));
-    }
-    let key = rustls_pemfile::private_key(&mut BufReader::new(
-        std::fs::File::open(key).map_err(|e| format!("tls.key {}: {e}", key.display()))?,
-    ))
-    .map_err(|e| format!("tls.key {}: {e}", key.display()))?
-    .ok_or_else(|| format!("tls.key {}: no private key in the file", key.display()))?;
-    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
-        tokio_rustls::rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(|e| format!("tls: {e}"))?;
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }

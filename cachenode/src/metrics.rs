@@ -1,10 +1,14 @@
-//! Every metric the node exports, named in one place.
+//! Every metric the node exports, named in one place (prefix `shoal_node_`;
+//! counters end in `_total` when exposed). The gateway's cluster reader adds its
+//! own (`shoal_client_`, see `shoal::cluster::metrics`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use shoal::blocks::TierStats;
+use shoal::cluster::metrics::catch_up;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodStatus {
@@ -56,10 +60,10 @@ pub struct Metrics {
     pub origin_bytes: Counter,
     /// Block requests that waited on a fetch already in flight.
     pub coalesced_waits: Counter,
-    /// Blocks evicted, by tier (read from the tiers at scrape time).
-    pub evictions: Family<TierLabel, Gauge>,
+    /// Blocks evicted, by tier (brought up to date from the tiers at scrape time).
+    pub evictions: Family<TierLabel, Counter>,
     /// Disk blocks that failed their checksum and were dropped.
-    pub checksum_failures: Gauge,
+    pub checksum_failures: Counter,
     /// Bytes held, by tier.
     pub cache_bytes: Family<TierLabel, Gauge>,
     /// Byte bound, by tier.
@@ -101,78 +105,28 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// What opening the disk tier found.
+    pub fn disk_opened(&self, s: &shoal::blocks::DiskStats) {
+        self.disk_index_rebuild_seconds.set(s.took.as_secs_f64());
+        self.disk_blocks_at_start.set(s.blocks as i64);
+        self.disk_files_removed_at_start.set(s.removed as i64);
+    }
+
+    /// Brings the tier levels and counts up to date.
+    pub fn tiers(&self, ram: &TierStats, disk: &TierStats, checksum_failures: u64) {
+        for (label, s) in [(RAM, ram), (DISK, disk)] {
+            self.cache_bytes
+                .get_or_create(&label)
+                .set(s.used_bytes as i64);
+            self.cache_capacity_bytes
+                .get_or_create(&label)
+                .set(s.capacity_bytes as i64);
+            catch_up(&self.evictions.get_or_create(&label), s.evictions);
+        }
+        catch_up(&self.checksum_failures, checksum_failures);
+    }
+
     pub fn register(&self, r: &mut Registry) {
-        let p = r.sub_registry_with_prefix("shoal_node");
-        p.register(
-            "uncached_requests",
-            "Requests passed through to the origin uncached (rules)",
-            self.uncached_requests.clone(),
-        );
-        p.register(
-            "expired_objects",
-            "Objects whose cached blocks expired under a rule's ttl",
-            self.expired.clone(),
-        );
-        p.register(
-            "hop_requests",
-            "Requests that arrived from another node",
-            self.hop_requests.clone(),
-        );
-        p.register(
-            "hop_limited",
-            "Misses not forwarded because the request was at the hop limit",
-            self.hop_limited.clone(),
-        );
-        p.register(
-            "owned_misses",
-            "Misses of blocks a gateway owns itself, fetched from the origin",
-            self.owned_misses.clone(),
-        );
-        p.register(
-            "forwarded",
-            "Misses forwarded to owners, by the hop count they arrived with",
-            self.forwarded.clone(),
-        );
-        p.register(
-            "cluster_fetches",
-            "Blocks fetched through the cluster (gateway misses)",
-            self.cluster_fetches.clone(),
-        );
-        p.register(
-            "cluster_bytes",
-            "Bytes fetched through the cluster (gateway misses)",
-            self.cluster_bytes.clone(),
-        );
-        p.register(
-            "invalidations",
-            "Invalidations applied, by source (local, fanout)",
-            self.invalidations.clone(),
-        );
-        p.register(
-            "fanout_batches",
-            "Invalidation batches sent to other nodes, by result",
-            self.fanout_batches.clone(),
-        );
-        p.register(
-            "fanout_queued",
-            "Invalidations waiting to be sent",
-            self.fanout_queued.clone(),
-        );
-        p.register(
-            "writes",
-            "Writes forwarded to the origin, by kind",
-            self.writes.clone(),
-        );
-        p.register(
-            "warmed_blocks",
-            "Blocks warmed on their owners after a write, by result",
-            self.warmed_blocks.clone(),
-        );
-        p.register(
-            "warms_done",
-            "Writes whose warming finished",
-            self.warms_done.clone(),
-        );
         self.build_info
             .get_or_create(&VersionLabel {
                 version: env!("CARGO_PKG_VERSION"),
@@ -182,86 +136,39 @@ impl Metrics {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         self.start_time_seconds.set(now as i64);
-        p.register(
-            "build_info",
-            "Always 1; the label is the node's version",
-            self.build_info.clone(),
-        );
-        p.register(
-            "start_time_seconds",
-            "Unix time the node started",
-            self.start_time_seconds.clone(),
-        );
-        p.register(
-            "requests",
-            "HTTP requests answered, by method and status",
-            self.requests.clone(),
-        );
-        p.register(
-            "bytes_served",
-            "Body bytes served, by the tier the block came from",
-            self.bytes_served.clone(),
-        );
-        p.register(
-            "hits",
-            "Block lookups that found the block, by tier",
-            self.hits.clone(),
-        );
-        p.register(
-            "misses",
-            "Block lookups that missed, by tier",
-            self.misses.clone(),
-        );
-        p.register(
-            "origin_requests",
-            "Requests sent to the origin, by kind",
-            self.origin_requests.clone(),
-        );
-        p.register(
-            "origin_bytes",
-            "Body bytes received from the origin",
-            self.origin_bytes.clone(),
-        );
-        p.register(
-            "coalesced_waits",
-            "Block requests that waited on a fetch in flight",
-            self.coalesced_waits.clone(),
-        );
-        p.register(
-            "evictions",
-            "Blocks evicted since start, by tier",
-            self.evictions.clone(),
-        );
-        p.register(
-            "checksum_failures",
-            "Disk blocks dropped for a bad checksum since start",
-            self.checksum_failures.clone(),
-        );
-        p.register(
-            "cache_bytes",
-            "Bytes held, by tier",
-            self.cache_bytes.clone(),
-        );
-        p.register(
-            "cache_capacity_bytes",
-            "Byte bound, by tier",
-            self.cache_capacity_bytes.clone(),
-        );
-        p.register("purges", "Purge requests served", self.purges.clone());
-        p.register(
-            "disk_index_rebuild_seconds",
-            "Time to rebuild the disk tier index at start",
-            self.disk_index_rebuild_seconds.clone(),
-        );
-        p.register(
-            "disk_blocks_at_start",
-            "Blocks found on disk at start",
-            self.disk_blocks_at_start.clone(),
-        );
-        p.register(
-            "disk_files_removed_at_start",
-            "Temporary or unreadable block files removed at start",
-            self.disk_files_removed_at_start.clone(),
+        let p = r.sub_registry_with_prefix("shoal_node");
+        shoal::register_metrics!(p,
+            "build_info" => self.build_info, "Always 1; the label is the node's version";
+            "start_time_seconds" => self.start_time_seconds, "Unix time the node started";
+            "requests" => self.requests, "HTTP requests answered, by method and status";
+            "bytes_served" => self.bytes_served, "Body bytes served, by the tier the block came from";
+            "hits" => self.hits, "Block lookups that found the block, by tier";
+            "misses" => self.misses, "Block lookups that missed, by tier";
+            "origin_requests" => self.origin_requests, "Requests sent to the origin, by kind";
+            "origin_bytes" => self.origin_bytes, "Body bytes received from the origin";
+            "coalesced_waits" => self.coalesced_waits, "Block requests that waited on a fetch in flight";
+            "evictions" => self.evictions, "Blocks evicted, by tier";
+            "checksum_failures" => self.checksum_failures, "Disk blocks dropped for a bad checksum";
+            "cache_bytes" => self.cache_bytes, "Bytes held, by tier";
+            "cache_capacity_bytes" => self.cache_capacity_bytes, "Byte bound, by tier";
+            "purges" => self.purges, "Purge requests served";
+            "disk_index_rebuild_seconds" => self.disk_index_rebuild_seconds, "Time to rebuild the disk tier index at start";
+            "disk_blocks_at_start" => self.disk_blocks_at_start, "Blocks found on disk at start";
+            "disk_files_removed_at_start" => self.disk_files_removed_at_start, "Temporary or unreadable block files removed at start";
+            "uncached_requests" => self.uncached_requests, "Requests passed through to the origin uncached (rules)";
+            "expired_objects" => self.expired, "Objects whose cached blocks expired under a rule's ttl";
+            "hop_requests" => self.hop_requests, "Requests that arrived from another node";
+            "hop_limited" => self.hop_limited, "Misses not forwarded because the request was at the hop limit";
+            "owned_misses" => self.owned_misses, "Misses of blocks a gateway owns itself, fetched from the origin";
+            "forwarded" => self.forwarded, "Misses forwarded to owners, by the hop count they arrived with";
+            "cluster_fetches" => self.cluster_fetches, "Blocks fetched through the cluster (gateway misses)";
+            "cluster_bytes" => self.cluster_bytes, "Bytes fetched through the cluster (gateway misses)";
+            "invalidations" => self.invalidations, "Invalidations applied, by source (local, fanout)";
+            "fanout_batches" => self.fanout_batches, "Invalidation batches sent to other nodes, by result";
+            "fanout_queued" => self.fanout_queued, "Invalidations waiting to be sent";
+            "writes" => self.writes, "Writes forwarded to the origin, by kind";
+            "warmed_blocks" => self.warmed_blocks, "Blocks warmed on their owners after a write, by result";
+            "warms_done" => self.warms_done, "Writes whose warming finished";
         );
     }
 }

@@ -123,18 +123,13 @@ async fn handle(
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/metrics") => {
             app.node.refresh_gauges();
-            let mut out = String::new();
-            match prometheus_client::encoding::text::encode(&mut out, &app.registry) {
-                Ok(()) => text(
-                    StatusCode::OK,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    out,
-                ),
-                Err(_) => text(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain",
-                    "cannot encode metrics\n",
-                ),
+            let accept = req
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok());
+            match shoal::exposition::render(&app.registry, accept) {
+                Ok((content_type, body)) => text(StatusCode::OK, content_type, body),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e),
             }
         }
         _ => {

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shoal::s3::{ByteRange, GetObject};
+use shoal::store::{ByteRange, GetObject};
 
 const MIB: u64 = 1 << 20;
 
@@ -47,7 +47,8 @@ async fn fifty_kills_while_filling_the_disk_tier() {
     let mut removed = 0.0;
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     for round in 0..kills {
-        let (mut child, addr) = spawn(&cfg);
+        let mut node = NodeProcess::spawn(&cfg);
+        let addr = node.socket_addr();
         let text = scrape(addr).await;
         rebuilds.push(metric(&text, "shoal_node_disk_index_rebuild_seconds"));
         removed += metric(&text, "shoal_node_disk_files_removed_at_start");
@@ -76,15 +77,16 @@ async fn fifty_kills_while_filling_the_disk_tier() {
             }));
         }
         tokio::time::sleep(Duration::from_millis(20 + (rng % 150))).await;
-        child.kill().unwrap();
-        child.wait().unwrap();
+        node.child.kill().unwrap();
+        node.child.wait().unwrap();
         for r in readers {
             r.await.unwrap();
         }
         let _ = round;
     }
     // After the last kill: everything reads back exactly, from whatever survived.
-    let (mut child, addr) = spawn(&cfg);
+    let node = NodeProcess::spawn(&cfg);
+    let addr = node.socket_addr();
     let c = client(addr);
     let started = Instant::now();
     for (k, b) in &objects {
@@ -92,10 +94,9 @@ async fn fifty_kills_while_filling_the_disk_tier() {
         assert!(got == *b, "{k} differs after {kills} kills");
     }
     let text = scrape(addr).await;
-    let checksum_failures = metric(&text, "shoal_node_checksum_failures");
+    let checksum_failures = metric(&text, "shoal_node_checksum_failures_total");
     let on_disk = metric(&text, "shoal_node_disk_blocks_at_start");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(node);
     // No temporary files survive a start.
     let leftovers = walkdir(&dir.path().join("data"))
         .into_iter()

@@ -9,7 +9,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shoal::s3::{GetObject, Purge, S3Error};
+use shoal::node_proto::purge::purge;
+use shoal::node_proto::Purge;
+use shoal::store::{GetObject, StoreError};
 use tokio::net::TcpListener;
 
 const MIB: usize = 1 << 20;
@@ -18,19 +20,15 @@ async fn listener() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").await.unwrap()
 }
 
-/// A `[cluster]` of `nodes` (and invalidation-only `peers`) with this test's keys.
-fn cluster_toml(nodes: &[SocketAddr], peers: &[SocketAddr], extra: &str) -> String {
-    let list = |a: &[SocketAddr]| {
-        a.iter()
-            .map(|a| format!("\"{a}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "[cluster]\nnodes = [{}]\npeers = [{}]\nconnect_timeout = \"300ms\"\nfirst_byte_timeout = \"2s\"\nstall_timeout = \"2s\"\n{extra}\n[cluster.credentials]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
-        list(nodes),
-        list(peers)
-    )
+/// A `[cluster]` of `nodes` (and invalidation-only `peers`) with this test's keys
+/// and node deadlines a gateway can afford.
+fn gateway_cluster(nodes: &[SocketAddr], peers: &[SocketAddr], extra: &str) -> String {
+    let ids: Vec<String> = nodes.iter().map(|a| a.to_string()).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let peers: Vec<String> = peers.iter().map(|a| format!("\"{a}\"")).collect();
+    cluster_toml(&ids, &format!("peers = [{}]\n{extra}", peers.join(", ")))
+        .replace("first_byte_timeout = \"1s\"", "first_byte_timeout = \"2s\"")
+        .replace("stall_timeout = \"1s\"", "stall_timeout = \"2s\"")
 }
 
 async fn owners(origin: &shoal_testorigin::Origin, n: usize) -> Vec<TestNode> {
@@ -52,11 +50,16 @@ async fn writer_and_reader(
         "",
         &format!(
             "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
-            cluster_toml(&ids, &[], "")
+            gateway_cluster(&ids, &[], "")
         ),
     )))
     .await;
-    let b = start_node(&parse(&node_toml(origin, "", &cluster_toml(&ids, &[], "")))).await;
+    let b = start_node(&parse(&node_toml(
+        origin,
+        "",
+        &gateway_cluster(&ids, &[], ""),
+    )))
+    .await;
     (owners, a, b)
 }
 
@@ -80,7 +83,11 @@ async fn until(addr: SocketAddr, series: &str, want: f64) {
     }
 }
 
-async fn get(addr: SocketAddr, key: &str, if_match: Option<&str>) -> Result<bytes::Bytes, S3Error> {
+async fn get(
+    addr: SocketAddr,
+    key: &str,
+    if_match: Option<&str>,
+) -> Result<bytes::Bytes, StoreError> {
     let mut req = GetObject::new(BUCKET, key);
     req.if_match = if_match.map(str::to_owned);
     client(addr).get_bytes(&req).await.map(|(_, b)| b)
@@ -104,7 +111,7 @@ async fn gateway_misses_land_on_owners_and_a_second_gateway_costs_no_origin_get(
     let origin = origin().await;
     let owners = owners(&origin, 3).await;
     let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
-    let gw = |_: ()| parse(&node_toml(&origin, "", &cluster_toml(&ids, &[], "")));
+    let gw = |_: ()| parse(&node_toml(&origin, "", &gateway_cluster(&ids, &[], "")));
     let a = start_node(&gw(())).await;
     let b = start_node(&gw(())).await;
     let body = data(5 * MIB + 7, 31);
@@ -147,12 +154,12 @@ async fn gateway_misses_land_on_owners_and_a_second_gateway_costs_no_origin_get(
         })[0]
             .to_owned();
         let mut req = GetObject::new(BUCKET, "g/obj")
-            .range(shoal::s3::ByteRange::span(
+            .range(shoal::store::ByteRange::span(
                 index * MIB as u64,
                 ((index + 1) * MIB as u64).min(body.len() as u64),
             ))
             .if_match(&etag);
-        req.cached_only = true;
+        shoal::node_proto::set_cached_only(&mut req, true);
         let got = client(owner.parse().unwrap()).get_bytes(&req).await;
         assert!(
             got.is_ok(),
@@ -175,12 +182,12 @@ async fn gateways_listing_each_other_forward_at_most_once() {
     let (la, lb) = (listener().await, listener().await);
     let (a_id, b_id) = (la.local_addr().unwrap(), lb.local_addr().unwrap());
     let a = start_node_on(
-        &parse(&node_toml(&origin, "", &cluster_toml(&[b_id], &[], ""))),
+        &parse(&node_toml(&origin, "", &gateway_cluster(&[b_id], &[], ""))),
         la,
     )
     .await;
     let b = start_node_on(
-        &parse(&node_toml(&origin, "", &cluster_toml(&[a_id], &[], ""))),
+        &parse(&node_toml(&origin, "", &gateway_cluster(&[a_id], &[], ""))),
         lb,
     )
     .await;
@@ -212,7 +219,7 @@ async fn gateways_listing_each_other_forward_at_most_once() {
     // asking themselves over the network.
     let (lc, ld) = (listener().await, listener().await);
     let ids = [lc.local_addr().unwrap(), ld.local_addr().unwrap()];
-    let cfg = parse(&node_toml(&origin, "", &cluster_toml(&ids, &[], "")));
+    let cfg = parse(&node_toml(&origin, "", &gateway_cluster(&ids, &[], "")));
     let c = start_node_on(&cfg, lc).await;
     let d = start_node_on(&cfg, ld).await;
     let three = data(8 * MIB, 232);
@@ -280,7 +287,7 @@ async fn overwrite_and_delete_through_a_gateway_leave_no_old_bytes_anywhere() {
         "revalidate_after = \"1h\"",
         &format!(
             "{}[gateway]\nwrites = true\n",
-            cluster_toml(&ids, &[b_addr], "")
+            gateway_cluster(&ids, &[b_addr], "")
         ),
     )))
     .await;
@@ -288,7 +295,7 @@ async fn overwrite_and_delete_through_a_gateway_leave_no_old_bytes_anywhere() {
         &parse(&node_toml(
             &origin,
             "revalidate_after = \"1h\"",
-            &cluster_toml(&ids, &[], ""),
+            &gateway_cluster(&ids, &[], ""),
         )),
         lb,
     )
@@ -318,7 +325,7 @@ async fn overwrite_and_delete_through_a_gateway_leave_no_old_bytes_anywhere() {
         );
         let old = get(*n, "d/obj", Some(&e1)).await;
         assert!(
-            matches!(old, Err(ref e) if matches!(e.cause(), S3Error::PreconditionFailed { .. })),
+            matches!(old, Err(ref e) if matches!(e.cause(), StoreError::PreconditionFailed { .. })),
             "{n} answered If-Match of the old version with {old:?}"
         );
     }
@@ -331,7 +338,7 @@ async fn overwrite_and_delete_through_a_gateway_leave_no_old_bytes_anywhere() {
         for etag in [None, Some(e2.as_str())] {
             let r = get(*n, "d/obj", etag).await;
             assert!(
-                matches!(r, Err(ref e) if matches!(e.cause(), S3Error::NoSuchKey { .. } | S3Error::PreconditionFailed { .. })),
+                matches!(r, Err(ref e) if matches!(e.cause(), StoreError::NoSuchKey { .. } | StoreError::PreconditionFailed { .. })),
                 "{n} served a deleted object (If-Match {etag:?}): {:?}",
                 r.map(|b| b.len())
             );
@@ -344,7 +351,7 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     let origin = origin().await;
     let dir = tempfile::tempdir().unwrap();
     // Real processes, so one can be paused through the purge.
-    let mut procs = Procs(Vec::new());
+    let mut procs = Vec::new();
     for i in 0..3 {
         let path = dir.path().join(format!("o{i}.toml"));
         std::fs::write(
@@ -352,13 +359,13 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
             node_toml(&origin, "revalidate_after = \"1h\"\nmax_age = \"2s\"", ""),
         )
         .unwrap();
-        procs.0.push(spawn(&path));
+        procs.push(NodeProcess::spawn(&path));
     }
-    let ids: Vec<SocketAddr> = procs.0.iter().map(|p| p.1).collect();
+    let ids: Vec<SocketAddr> = procs.iter().map(|p| p.socket_addr()).collect();
     let a = start_node(&parse(&node_toml(
         &origin,
         "",
-        &cluster_toml(&ids, &[], "").replace(
+        &gateway_cluster(&ids, &[], "").replace(
             "first_byte_timeout = \"2s\"",
             "first_byte_timeout = \"300ms\"",
         ),
@@ -372,9 +379,8 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     let learned = Instant::now();
     let new = data(100_001, 37);
     origin.put(BUCKET, "p/a", new.clone());
-    signal(&procs.0[2].0, "-STOP");
-    let answer = client(a.addr)
-        .purge(BUCKET, Purge::Prefix("p/"), false)
+    signal(procs[2].pid(), "-STOP");
+    let answer = purge(&client(a.addr), BUCKET, &Purge::Prefix("p/".into()), false)
         .await
         .unwrap();
     assert!(answer.contains("purged_blocks"), "{answer}");
@@ -396,7 +402,7 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
             1.0
         );
     }
-    signal(&procs.0[2].0, "-CONT");
+    signal(procs[2].pid(), "-CONT");
     // The paused node missed the purge and may serve the old bytes until max_age
     // (2 s) has passed since it learned them; no read that starts later may.
     loop {
@@ -416,21 +422,6 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     assert!(pinned_old.is_err(), "old version served after max_age");
 }
 
-/// Node processes, killed (and resumed first) however the test ends.
-struct Procs(Vec<(std::process::Child, SocketAddr)>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for (c, _) in &mut self.0 {
-            let _ = std::process::Command::new("kill")
-                .args(["-CONT", &c.id().to_string()])
-                .status();
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
     let origin = origin().await;
@@ -439,7 +430,7 @@ async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
     let cfg = parse(&node_toml(
         &origin,
         "revalidate_after = \"1h\"",
-        &cluster_toml(&ids, &[], "mode = \"eventual\""),
+        &gateway_cluster(&ids, &[], "mode = \"eventual\""),
     ));
     let n1 = start_node_on(&cfg, l1).await;
     let n2 = start_node_on(&cfg, l2).await;
@@ -457,8 +448,7 @@ async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
     }
     let changed = data(4 * MIB, 39);
     origin.put(BUCKET, "e/obj", changed.clone());
-    client(n1.addr)
-        .purge(BUCKET, Purge::Key("e/obj"), false)
+    purge(&client(n1.addr), BUCKET, &Purge::Key("e/obj".into()), false)
         .await
         .unwrap();
     until(
@@ -569,7 +559,7 @@ fn a_bad_rule_or_open_writes_stop_the_node_at_start() {
         "[origin]\nendpoint = \"http://127.0.0.1:1\"\n[origin.credentials]\nanonymous = true\n[node]\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[[rules]]\npattern = \"b/[unclosed\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
+    let out = std::process::Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&path)
         .output()
@@ -585,7 +575,7 @@ fn a_bad_rule_or_open_writes_stop_the_node_at_start() {
         "[origin]\nendpoint = \"http://127.0.0.1:1\"\n[origin.credentials]\nanonymous = true\n[node]\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[gateway]\nwrites = true\n",
     )
     .unwrap();
-    let out = std::process::Command::new(BIN)
+    let out = std::process::Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&path)
         .output()
@@ -609,7 +599,7 @@ async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_
         node_toml(&origin, "", "")
     ));
     let reader = shoal::cluster::ClusterReader::new(
-        shoal::s3::S3Client::from_origin(cfg.origin().unwrap()).unwrap(),
+        shoal::store::s3::S3Client::from_origin(cfg.origin().unwrap()).unwrap(),
         cfg.cluster(),
         shoal::cluster::ReaderOptions {
             ram_bytes: 0,
@@ -672,7 +662,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
     let gw = start_node(&parse(&node_toml(
         &origin,
         "",
-        &cluster_toml(
+        &gateway_cluster(
             &[broken.addr],
             &[],
             "breaker_failures = 3\nbreaker_cooldown = \"30s\"",
@@ -683,7 +673,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
     origin.put(BUCKET, "b/obj", body.clone());
     assert_eq!(get(gw.addr, "b/obj", None).await.unwrap(), body);
     let t = scrape(gw.addr).await;
-    assert!(metric(&t, "shoal_client_breaker_trips") >= 1.0, "{t}");
+    assert!(metric(&t, "shoal_client_breaker_trips_total") >= 1.0, "{t}");
     assert!(metric(&t, "shoal_client_fallbacks_total{cause=\"down\"}") >= 1.0);
 
     // One peer request at a time and no patience: concurrent misses shed.
@@ -691,7 +681,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
     let gw2 = start_node(&parse(&node_toml(
         &origin,
         "",
-        &cluster_toml(
+        &gateway_cluster(
             &[owner.addr],
             &[],
             "peer_concurrency = 1\npeer_queue_wait = \"1ms\"",
@@ -718,7 +708,7 @@ async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
         let (q, b) = (query.to_owned(), body.to_owned());
         async move {
             let url = format!("http://{}/{BUCKET}?{q}", node.addr);
-            let signer = shoal::s3::Signer::new(
+            let signer = shoal::store::s3::Signer::new(
                 &shoal::config::Credentials {
                     access_key_id: NODE_KEY.into(),
                     secret_access_key: NODE_SECRET.into(),
@@ -732,7 +722,7 @@ async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
                     "POST",
                     &url,
                     &[("host", host.as_str())],
-                    shoal::s3::Payload::Bytes(b.as_bytes()),
+                    shoal::store::s3::Payload::Bytes(b.as_bytes()),
                     std::time::SystemTime::now(),
                 )
                 .unwrap();
@@ -878,7 +868,7 @@ async fn a_delete_is_done_at_the_origin_even_when_no_node_can_be_told() {
         "",
         &format!(
             "{}[gateway]\nwrites = true\n",
-            cluster_toml(&[dead], &[], "mode = \"eventual\"")
+            gateway_cluster(&[dead], &[], "mode = \"eventual\"")
         ),
     )))
     .await;
@@ -891,7 +881,7 @@ async fn a_delete_is_done_at_the_origin_even_when_no_node_can_be_told() {
     );
     let r = get(a.addr, "gone", None).await;
     assert!(
-        matches!(r, Err(ref e) if matches!(e.cause(), S3Error::NoSuchKey { .. })),
+        matches!(r, Err(ref e) if matches!(e.cause(), StoreError::NoSuchKey { .. })),
         "{r:?}"
     );
     until(
@@ -910,7 +900,7 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
     let gw = start_node(&parse(&node_toml(
         &origin,
         "",
-        &cluster_toml(&ids, &[], ""),
+        &gateway_cluster(&ids, &[], ""),
     )))
     .await;
     let body = data(3 * MIB, 47);
@@ -935,7 +925,7 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
     let missing = client(gw.addr)
         .head_object(&GetObject::new(BUCKET, "h/none"))
         .await;
-    assert!(matches!(missing, Err(ref e) if matches!(e.cause(), S3Error::NoSuchKey { .. })));
+    assert!(matches!(missing, Err(ref e) if matches!(e.cause(), StoreError::NoSuchKey { .. })));
     assert_eq!(
         metric(
             &scrape(gw.addr).await,

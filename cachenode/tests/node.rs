@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures_util::future::join_all;
 use rand::Rng;
-use shoal::s3::{ByteRange, GetObject, S3Error};
+use shoal::store::{ByteRange, GetObject, StoreError};
 
 const MIB: u64 = 1 << 20;
 
@@ -44,7 +44,7 @@ async fn every_range_equals_the_origin_bytes() {
             let r = c
                 .get_bytes(&GetObject::new(BUCKET, *name).range(ByteRange::span(0, 1)))
                 .await;
-            assert!(matches!(r, Err(S3Error::InvalidRange { .. })), "{r:?}");
+            assert!(matches!(r, Err(StoreError::InvalidRange { .. })), "{r:?}");
             continue;
         }
         let n = *len as u64;
@@ -85,7 +85,7 @@ async fn every_range_equals_the_origin_bytes() {
         .unwrap();
     assert_eq!(meta.size, 50 * MIB);
     let r = c.get_bytes(&GetObject::new(BUCKET, "missing")).await;
-    assert!(matches!(r, Err(S3Error::NoSuchKey { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoSuchKey { .. })), "{r:?}");
 }
 
 #[tokio::test]
@@ -184,7 +184,7 @@ async fn versions_are_never_mixed() {
         .get_bytes(&GetObject::new(BUCKET, "v").if_match(&old))
         .await;
     assert!(
-        matches!(r, Err(S3Error::PreconditionFailed { .. })),
+        matches!(r, Err(StoreError::PreconditionFailed { .. })),
         "{r:?}"
     );
     // Unpinned: the new bytes within revalidate_after.
@@ -214,13 +214,13 @@ async fn authentication_is_enforced() {
     let origin = origin().await;
     let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
     origin.put(BUCKET, "a", data(100, 3));
-    let bad = client_for(&node.addr.to_string(), NODE_KEY, "wrong-secret");
+    let bad = node_s3_client(&node.addr.to_string(), NODE_KEY, "wrong-secret");
     let r = bad.get_bytes(&GetObject::new(BUCKET, "a")).await;
-    assert!(matches!(r, Err(S3Error::AccessDenied { .. })), "{r:?}");
-    let unknown = client_for(&node.addr.to_string(), "nobody", NODE_SECRET);
+    assert!(matches!(r, Err(StoreError::AccessDenied { .. })), "{r:?}");
+    let unknown = node_s3_client(&node.addr.to_string(), "nobody", NODE_SECRET);
     assert!(matches!(
         unknown.get_bytes(&GetObject::new(BUCKET, "a")).await,
-        Err(S3Error::AccessDenied { .. })
+        Err(StoreError::AccessDenied { .. })
     ));
     // No signature at all.
     let resp = reqwest::get(format!("http://{}/{BUCKET}/a", node.addr))
@@ -249,7 +249,7 @@ async fn authentication_is_enforced() {
         .put_object(BUCKET, "w", bytes::Bytes::from_static(b"x"))
         .await;
     assert!(
-        matches!(r, Err(S3Error::BadRequest { status: 405, .. })),
+        matches!(r, Err(StoreError::BadRequest { status: 405, .. })),
         "{r:?}"
     );
     assert!(origin.store.get(BUCKET, "w").is_err());
@@ -270,7 +270,7 @@ async fn auth_none_must_be_asked_for_and_then_serves_anyone() {
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.bytes().await.unwrap(), data(10, 4));
     // A signed request works too (the signature is ignored).
-    let (_, got) = client_for(&node.addr.to_string(), "any", "thing")
+    let (_, got) = node_s3_client(&node.addr.to_string(), "any", "thing")
         .get_bytes(&GetObject::new(BUCKET, "open"))
         .await
         .unwrap();
@@ -331,7 +331,7 @@ async fn tiers_never_exceed_their_bounds() {
     }
     let text = scrape(node.addr).await;
     assert!(
-        metric(&text, "shoal_node_evictions{tier=\"disk\"}") > 0.0,
+        metric(&text, "shoal_node_evictions_total{tier=\"disk\"}") > 0.0,
         "{text}"
     );
 }
@@ -363,7 +363,7 @@ async fn listing_and_head_bucket_pass_through() {
     c.head_bucket(BUCKET).await.unwrap();
     assert!(matches!(
         c.head_bucket("no-such-bucket-here").await,
-        Err(S3Error::NoSuchBucket { .. })
+        Err(StoreError::NoSuchBucket { .. })
     ));
 }
 
@@ -387,10 +387,14 @@ async fn purge_drops_cached_blocks() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
-    let answer = c
-        .purge(BUCKET, shoal::s3::Purge::Prefix("p/"), false)
-        .await
-        .unwrap();
+    let answer = shoal::node_proto::purge::purge(
+        &c,
+        BUCKET,
+        &shoal::node_proto::Purge::Prefix("p/".into()),
+        false,
+    )
+    .await
+    .unwrap();
     assert!(answer.contains("\"purged_blocks\":2"), "{answer}");
     c.get_bytes(&GetObject::new(BUCKET, "p/a")).await.unwrap();
     assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "p/a"), 1);
@@ -407,29 +411,78 @@ async fn cached_only_requests_never_reach_the_origin() {
     let mut req = GetObject::new(BUCKET, "co")
         .if_match(&etag)
         .range(ByteRange::span(0, MIB));
-    req.cached_only = true;
+    shoal::node_proto::set_cached_only(&mut req, true);
     let e = c.get_bytes(&req).await.unwrap_err();
-    assert!(e.is_not_cached(), "{e:?}");
+    assert!(shoal::node_proto::is_not_cached(&e), "{e:?}");
     assert_eq!(
         origin.stats.snapshot().count("GET") + origin.stats.snapshot().count("HEAD"),
         0
     );
     // Cache block 0 with a normal read; then cached-only serves it, and still
     // refuses block 1.
-    req.cached_only = false;
+    shoal::node_proto::set_cached_only(&mut req, false);
     c.get_bytes(&req).await.unwrap();
-    req.cached_only = true;
+    shoal::node_proto::set_cached_only(&mut req, true);
     let (_, got) = c.get_bytes(&req).await.unwrap();
     assert!(got == body.slice(0..MIB as usize));
     let mut far = GetObject::new(BUCKET, "co")
         .if_match(&etag)
         .range(ByteRange::span(MIB, 2 * MIB));
-    far.cached_only = true;
-    assert!(c.get_bytes(&far).await.unwrap_err().is_not_cached());
+    shoal::node_proto::set_cached_only(&mut far, true);
+    assert!(shoal::node_proto::is_not_cached(
+        &c.get_bytes(&far).await.unwrap_err()
+    ));
     assert_eq!(
         origin.stats.snapshot().gets_of(BUCKET, "co"),
         1,
         "one GET, no HEAD: the pinned block supplied the size"
     );
     assert_eq!(origin.stats.snapshot().count("HEAD"), 0);
+}
+
+#[tokio::test]
+async fn metrics_answer_in_the_format_the_scraper_asks_for() {
+    let origin = origin().await;
+    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    origin.put(BUCKET, "m", data(10, 1));
+    client(node.addr)
+        .get_bytes(&GetObject::new(BUCKET, "m"))
+        .await
+        .unwrap();
+    let get = |accept: Option<&'static str>| {
+        let url = format!("http://{}/metrics", node.addr);
+        async move {
+            let mut req = reqwest::Client::new().get(url);
+            if let Some(a) = accept {
+                req = req.header("accept", a);
+            }
+            let resp = req.send().await.unwrap();
+            let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+            (ct, resp.text().await.unwrap())
+        }
+    };
+    // Prometheus asks for OpenMetrics: counter families without `_total`, `# EOF`.
+    let (ct, open) = get(Some(
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    ))
+    .await;
+    assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
+    assert!(
+        open.contains("# TYPE shoal_node_origin_bytes counter\n"),
+        "{open}"
+    );
+    assert!(open.trim_end().ends_with("# EOF"));
+    // A classic scraper (or curl) gets the classic text: the type names the series.
+    let (ct, classic) = get(None).await;
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    assert!(
+        classic.contains("# TYPE shoal_node_origin_bytes_total counter\n"),
+        "{classic}"
+    );
+    assert!(!classic.contains("# EOF"));
+    assert_eq!(
+        metric(&classic, "shoal_node_origin_bytes_total"),
+        metric(&open, "shoal_node_origin_bytes_total")
+    );
+    assert_eq!(metric(&classic, "shoal_node_origin_bytes_total"), 10.0);
 }

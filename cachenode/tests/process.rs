@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shoal::s3::{ByteRange, GetObject};
+use shoal::store::{ByteRange, GetObject};
 
 const MIB: u64 = 1 << 20;
 
@@ -44,7 +44,9 @@ async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
     let body = data(12 * MIB as usize, 11);
     origin.put(BUCKET, "warm", body.clone());
 
-    let (mut child, addr) = spawn(&cfg);
+    let mut node = NodeProcess::spawn(&cfg);
+    let addr = node.socket_addr();
+    let child = &mut node.child;
     let ranges = [(0, 5 * MIB), (6 * MIB + 17, 12 * MIB)];
     for (a, b) in ranges {
         let (_, got) = client(addr)
@@ -58,7 +60,9 @@ async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let (mut child, addr) = spawn(&cfg);
+    let mut node = NodeProcess::spawn(&cfg);
+    let addr = node.socket_addr();
+    let child = &mut node.child;
     for (a, b) in ranges {
         let (_, got) = client(addr)
             .get_bytes(&GetObject::new(BUCKET, "warm").range(ByteRange::span(a, b)))
@@ -83,14 +87,20 @@ async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
         raw[n / 2] ^= 0x5a;
         std::fs::write(f, raw).unwrap();
     }
-    let (mut child, addr) = spawn(&cfg);
+    let mut node = NodeProcess::spawn(&cfg);
+    let addr = node.socket_addr();
+    let child = &mut node.child;
     let (_, got) = client(addr)
         .get_bytes(&GetObject::new(BUCKET, "warm").range(ByteRange::span(0, 2 * MIB)))
         .await
         .unwrap();
     assert!(got == body.slice(0..2 * MIB as usize));
     let text = scrape(addr).await;
-    assert_eq!(metric(&text, "shoal_node_checksum_failures"), 2.0, "{text}");
+    assert_eq!(
+        metric(&text, "shoal_node_checksum_failures_total"),
+        2.0,
+        "{text}"
+    );
     assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "warm"), gets + 2);
 
     // SIGTERM: a clean exit.
@@ -113,20 +123,26 @@ async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
 
 #[test]
 fn bad_use_gets_a_clear_error() {
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = Command::new(bin("shoal-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
         help.contains("--config") && help.contains("--listen") && help.contains("--data-dir"),
         "{help}"
     );
-    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let out = Command::new(bin("shoal-node"))
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[node]\nlisen = \"0.0.0.0:1\"\n").unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&bad)
         .output()
@@ -138,7 +154,7 @@ fn bad_use_gets_a_clear_error() {
         "{err}"
     );
 
-    let out = Command::new(BIN)
+    let out = Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(dir.path().join("missing.toml"))
         .output()
@@ -148,7 +164,7 @@ fn bad_use_gets_a_clear_error() {
 
     // A config without [origin] says so.
     std::fs::write(&bad, "[node]\n[auth]\nmode = \"none\"\n").unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&bad)
         .output()
@@ -194,7 +210,7 @@ async fn serves_https_with_the_configured_certificate() {
     );
     let path = dir.path().join("tls.toml");
     std::fs::write(&path, toml).unwrap();
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "info")
@@ -238,7 +254,7 @@ async fn serves_https_with_the_configured_certificate() {
         ),
     )
     .unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&path)
         .output()

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use shoal::s3::{ByteRange, GetObject};
+use shoal::store::{ByteRange, GetObject};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presigned_urls_expire_and_cannot_be_forged() {
@@ -109,7 +109,7 @@ async fn secrets_never_appear_in_logs_or_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("node.toml");
     std::fs::write(&cfg, node_toml(&origin, "", "")).unwrap();
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(bin("shoal-node"))
         .arg("--config")
         .arg(&cfg)
         .env("RUST_LOG", "debug")
@@ -137,9 +137,9 @@ async fn secrets_never_appear_in_logs_or_metrics() {
             break a;
         }
     };
-    let good = client_for(&addr, NODE_KEY, NODE_SECRET);
+    let good = node_s3_client(&addr, NODE_KEY, NODE_SECRET);
     good.get_bytes(&GetObject::new(BUCKET, "s")).await.unwrap();
-    let _ = client_for(&addr, NODE_KEY, "a-wrong-secret-value")
+    let _ = node_s3_client(&addr, NODE_KEY, "a-wrong-secret-value")
         .get_bytes(&GetObject::new(BUCKET, "s"))
         .await;
     let _ = good.get_bytes(&GetObject::new(BUCKET, "missing")).await;

@@ -2,10 +2,8 @@
 //! runtime, with the reply moved into the task, so FUSE threads never wait on the
 //! network. Nothing here decides anything about S3.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{
@@ -14,7 +12,7 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 
-use crate::fs::{Attr, DirEntry, Fs, FsError, Kind, ROOT};
+use crate::fs::{Attr, DirItem, Fs, FsError, Kind};
 use crate::metrics::MountMetrics;
 
 /// FUSE requests carry at most this much: 256 pages, the kernel's limit here.
@@ -30,10 +28,6 @@ pub struct FuseFs {
     fs: Arc<Fs>,
     rt: tokio::runtime::Handle,
     ttl: Duration,
-    /// Directory snapshots per open directory handle: one listing read end to end,
-    /// so every entry is seen exactly once even if the cache refreshes meanwhile.
-    dirs: Arc<Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>>,
-    next_dir_fh: AtomicU64,
     metrics: Arc<MountMetrics>,
 }
 
@@ -44,8 +38,6 @@ impl FuseFs {
             fs,
             rt,
             ttl,
-            dirs: Arc::new(Mutex::new(HashMap::new())),
-            next_dir_fh: AtomicU64::new(1),
             metrics,
         }
     }
@@ -53,6 +45,13 @@ impl FuseFs {
 
 fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+    }
 }
 
 fn file_attr(a: &Attr) -> FileAttr {
@@ -64,10 +63,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         mtime: a.mtime,
         ctime: a.mtime,
         crtime: a.mtime,
-        kind: match a.kind {
-            Kind::File => FileType::RegularFile,
-            Kind::Dir => FileType::Directory,
-        },
+        kind: file_type(a.kind),
         perm: a.perm,
         nlink: if a.kind == Kind::Dir { 2 } else { 1 },
         uid: a.uid,
@@ -91,6 +87,28 @@ impl FuseFs {
             f.await;
             m.observe_op(op, t.elapsed());
         });
+    }
+}
+
+impl FuseFs {
+    /// Hands the entries of open directory `fh` from `offset` on to `add` (with
+    /// their attributes if `attrs`), until it says the reply is full (`true`).
+    /// `readdir` and `readdirplus` both list through here.
+    fn each_entry(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        attrs: bool,
+        mut add: impl FnMut(&DirItem, Option<&Attr>) -> bool,
+    ) -> Result<(), Errno> {
+        let items = self.fs.dir_items(fh.0, offset).map_err(|e| errno(&e))?;
+        for d in items {
+            let attr = attrs.then(|| self.fs.getattr_cached(d.ino).ok()).flatten();
+            if add(&d, attr.as_ref()) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -195,14 +213,10 @@ impl Filesystem for FuseFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let (fs, dirs) = (self.fs.clone(), self.dirs.clone());
-        let fh = self.next_dir_fh.fetch_add(1, Relaxed);
+        let fs = self.fs.clone();
         self.spawn("opendir", async move {
             match fs.opendir(ino.0).await {
-                Ok(entries) => {
-                    dirs.lock().unwrap().insert(fh, entries);
-                    reply.opened(FileHandle(fh), FopenFlags::empty());
-                }
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -211,80 +225,43 @@ impl Filesystem for FuseFs {
     fn readdir(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(entries) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
-        };
-        let parent = if ino.0 == ROOT { ROOT } else { ino.0 };
-        let mut i = offset;
-        loop {
-            let (eino, kind, name): (u64, FileType, &str) = match i {
-                0 => (ino.0, FileType::Directory, "."),
-                1 => (parent, FileType::Directory, ".."),
-                n => match entries.get((n - 2) as usize) {
-                    Some(e) => (
-                        e.ino,
-                        if e.kind == Kind::Dir {
-                            FileType::Directory
-                        } else {
-                            FileType::RegularFile
-                        },
-                        &e.name,
-                    ),
-                    None => break,
-                },
-            };
-            if reply.add(INodeNo(eino), i + 1, kind, name) {
-                break;
-            }
-            i += 1;
+        match self.each_entry(fh, offset, false, |d, _| {
+            reply.add(INodeNo(d.ino), d.next, file_type(d.kind), &d.name)
+        }) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn readdirplus(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(entries) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
-        };
-        let mut i = offset;
-        loop {
-            let (eino, name): (u64, &str) = match i {
-                0 => (ino.0, "."),
-                1 => (ino.0, ".."),
-                n => match entries.get((n - 2) as usize) {
-                    Some(e) => (e.ino, &e.name),
-                    None => break,
-                },
-            };
+        let ttl = self.ttl;
+        match self.each_entry(fh, offset, true, |d, attr| match attr {
             // Attributes come from the listing: no HEAD per file.
-            let Ok(attr) = self.fs.getattr_cached(eino) else {
-                i += 1;
-                continue;
-            };
-            if reply.add(
-                INodeNo(eino),
-                i + 1,
-                name,
-                &self.ttl,
-                &file_attr(&attr),
+            Some(a) => reply.add(
+                INodeNo(d.ino),
+                d.next,
+                &d.name,
+                &ttl,
+                &file_attr(a),
                 Generation(0),
-            ) {
-                break;
-            }
-            i += 1;
+            ),
+            None => false,
+        }) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn releasedir(
@@ -295,7 +272,7 @@ impl Filesystem for FuseFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.lock().unwrap().remove(&fh.0);
+        self.fs.releasedir(fh.0);
         reply.ok();
     }
 

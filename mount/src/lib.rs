@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use shoal::cluster::{ClusterReader, ReaderOptions};
 use shoal::config::{ClusterConfig, Config};
-use shoal::s3::{S3Client, S3Error};
+use shoal::store::s3::S3Client;
+use shoal::store::StoreError;
 
 /// Everything a mount needs, after the config file and flags are merged.
 #[derive(Clone, Debug)]
@@ -103,11 +104,11 @@ pub fn is_mounted(p: &Path) -> bool {
     })
 }
 
-fn access_error(spec: &MountSpec, e: S3Error) -> String {
+fn access_error(spec: &MountSpec, e: StoreError) -> String {
     let what = format!("s3://{}/{}", spec.bucket, spec.prefix);
     match e.cause() {
-        S3Error::NoSuchBucket { .. } => format!("bucket {:?} does not exist", spec.bucket),
-        S3Error::AccessDenied { message } => format!("access denied listing {what}: {message}"),
+        StoreError::NoSuchBucket { .. } => format!("bucket {:?} does not exist", spec.bucket),
+        StoreError::AccessDenied { message } => format!("access denied listing {what}: {message}"),
         _ => format!("cannot list {what}: {e}"),
     }
 }
@@ -150,7 +151,6 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
                 dir_mode: spec.dir_mode,
                 prefetch_files: spec.prefetch_files,
             },
-            origin,
             reader,
         );
         fs.check_access().await.map(|()| Arc::new(fs))
@@ -184,9 +184,11 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
         )
     })?;
     let connection = connection_id(&mountpoint);
+    // As far ahead as the reader reads: its window of its blocks.
+    let reader = fs.reader();
     raise_readahead(
         &mountpoint,
-        spec.config.cluster().map_or(8, |c| c.read_window) as u64 * 1024,
+        reader.read_window() as u64 * reader.block_size() / 1024,
     );
     tracing::info!(
         "mounted s3://{}/{} on {} ({} nodes)",

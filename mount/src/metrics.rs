@@ -1,7 +1,9 @@
-//! The mount's metrics (names in one place) and the optional `/metrics` endpoint.
+//! Every metric the mount exports, named in one place (prefix `shoal_mount_`;
+//! counters end in `_total` when exposed), and the optional `/metrics` endpoint,
+//! which also carries the cluster reader's (`shoal_client_`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,10 +11,12 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use shoal::cluster::metrics::catch_up;
 
 use crate::fs::Fs;
 
@@ -24,14 +28,15 @@ pub struct OpLabel {
 pub struct MountMetrics {
     /// FUSE operation latency in seconds, by operation.
     pub op_seconds: Family<OpLabel, Histogram>,
-    pub reads: Gauge,
-    pub read_bytes: Gauge,
-    pub readahead_blocks: Gauge,
-    pub prefetched_files: Gauge,
-    pub prefetched_listings: Gauge,
-    pub skipped_names: Gauge,
-    pub listings: Gauge,
-    pub stale_reads: Gauge,
+    /// The filesystem's own counts, brought up to date before each scrape.
+    pub reads: Counter,
+    pub read_bytes: Counter,
+    pub readahead_blocks: Counter,
+    pub prefetched_files: Counter,
+    pub prefetched_listings: Counter,
+    pub skipped_names: Counter,
+    pub listings: Counter,
+    pub stale_reads: Counter,
     pub open_files: Gauge,
 }
 
@@ -41,15 +46,15 @@ impl Default for MountMetrics {
             op_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0001, 4.0, 10))
             }),
-            reads: Gauge::default(),
-            read_bytes: Gauge::default(),
-            readahead_blocks: Gauge::default(),
-            prefetched_files: Gauge::default(),
-            prefetched_listings: Gauge::default(),
-            skipped_names: Gauge::default(),
-            listings: Gauge::default(),
-            stale_reads: Gauge::default(),
-            open_files: Gauge::default(),
+            reads: Default::default(),
+            read_bytes: Default::default(),
+            readahead_blocks: Default::default(),
+            prefetched_files: Default::default(),
+            prefetched_listings: Default::default(),
+            skipped_names: Default::default(),
+            listings: Default::default(),
+            stale_reads: Default::default(),
+            open_files: Default::default(),
         }
     }
 }
@@ -63,63 +68,31 @@ impl MountMetrics {
 
     fn register(&self, r: &mut Registry) {
         let p = r.sub_registry_with_prefix("shoal_mount");
-        p.register(
-            "op_seconds",
-            "FUSE operation latency, by operation",
-            self.op_seconds.clone(),
+        shoal::register_metrics!(p,
+            "op_seconds" => self.op_seconds, "FUSE operation latency, by operation";
+            "reads" => self.reads, "FUSE reads served";
+            "read_bytes" => self.read_bytes, "Bytes returned to FUSE reads";
+            "readahead_blocks" => self.readahead_blocks, "Blocks fetched ahead of sequential reads";
+            "prefetched_files" => self.prefetched_files, "Files whose first block was fetched ahead of a directory walk";
+            "prefetched_listings" => self.prefetched_listings, "Directory listings fetched ahead of a directory walk";
+            "skipped_names" => self.skipped_names, "Keys skipped for not being valid file names";
+            "listings" => self.listings, "ListObjectsV2 pages read";
+            "stale_reads" => self.stale_reads, "Reads refused because the object changed while open";
+            "open_files" => self.open_files, "Open file handles";
         );
-        p.register("reads", "FUSE reads served since start", self.reads.clone());
-        p.register(
-            "read_bytes",
-            "Bytes returned to FUSE reads since start",
-            self.read_bytes.clone(),
-        );
-        p.register(
-            "readahead_blocks",
-            "Blocks fetched ahead of sequential reads",
-            self.readahead_blocks.clone(),
-        );
-        p.register(
-            "prefetched_files",
-            "Files whose first block was fetched ahead of a directory walk",
-            self.prefetched_files.clone(),
-        );
-        p.register(
-            "prefetched_listings",
-            "Directory listings fetched ahead of a directory walk",
-            self.prefetched_listings.clone(),
-        );
-        p.register(
-            "skipped_names",
-            "Keys skipped for not being valid file names",
-            self.skipped_names.clone(),
-        );
-        p.register(
-            "listings",
-            "ListObjectsV2 pages read",
-            self.listings.clone(),
-        );
-        p.register(
-            "stale_reads",
-            "Reads refused because the object changed while open",
-            self.stale_reads.clone(),
-        );
-        p.register("open_files", "Open file handles", self.open_files.clone());
     }
 
     fn refresh(&self, fs: &Fs) {
         let s = &fs.stats;
-        self.reads.set(s.reads.load(Relaxed) as i64);
-        self.read_bytes.set(s.read_bytes.load(Relaxed) as i64);
-        self.readahead_blocks
-            .set(s.readahead_blocks.load(Relaxed) as i64);
-        self.prefetched_files
-            .set(s.prefetched_files.load(Relaxed) as i64);
-        self.prefetched_listings
-            .set(s.prefetched_listings.load(Relaxed) as i64);
-        self.skipped_names.set(s.skipped_names.load(Relaxed) as i64);
-        self.listings.set(s.listings.load(Relaxed) as i64);
-        self.stale_reads.set(s.stale_reads.load(Relaxed) as i64);
+        let count = |c: &Counter, n: &AtomicU64| catch_up(c, n.load(Relaxed));
+        count(&self.reads, &s.reads);
+        count(&self.read_bytes, &s.read_bytes);
+        count(&self.readahead_blocks, &s.readahead_blocks);
+        count(&self.prefetched_files, &s.prefetched_files);
+        count(&self.prefetched_listings, &s.prefetched_listings);
+        count(&self.skipped_names, &s.skipped_names);
+        count(&self.listings, &s.listings);
+        count(&self.stale_reads, &s.stale_reads);
         self.open_files.set(fs.open_files() as i64);
         fs.reader().refresh_gauges();
     }
@@ -143,19 +116,25 @@ pub async fn serve(
             };
             let (fs, metrics, registry) = (fs.clone(), metrics.clone(), registry.clone());
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: http::Request<hyper::body::Incoming>| {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let (fs, metrics, registry) =
                             (fs.clone(), metrics.clone(), registry.clone());
                         async move {
                             let resp = if req.uri().path() == "/metrics" {
                                 metrics.refresh(&fs);
-                                let mut out = String::new();
-                                let _ =
-                                    prometheus_client::encoding::text::encode(&mut out, &registry);
-                                http::Response::builder()
-                                .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-                                .body(Full::new(Bytes::from(out)))
+                                let accept = req
+                                    .headers()
+                                    .get(http::header::ACCEPT)
+                                    .and_then(|v| v.to_str().ok());
+                                match shoal::exposition::render(&registry, accept) {
+                                    Ok((ct, body)) => http::Response::builder()
+                                        .header("content-type", ct)
+                                        .body(Full::new(Bytes::from(body))),
+                                    Err(e) => http::Response::builder()
+                                        .status(500)
+                                        .body(Full::new(Bytes::from(e))),
+                                }
                             } else {
                                 http::Response::builder()
                                     .status(404)
@@ -163,8 +142,7 @@ pub async fn serve(
                             };
                             Ok::<_, std::convert::Infallible>(resp.expect("static response"))
                         }
-                    },
-                );
+                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(sock), svc)
                     .await;

@@ -233,7 +233,7 @@ async fn reads_stay_correct_through_chaos() {
     let spawn_node = |i: usize| {
         std::process::Command::new("ip")
             .args(["netns", "exec", &hosts[i].ns])
-            .arg(node_bin())
+            .arg(bin("shoal-node"))
             .arg("--config")
             .arg(&node_cfgs[i])
             .env("RUST_LOG", "off")

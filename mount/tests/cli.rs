@@ -198,10 +198,10 @@ async fn metrics_endpoint_reports_reads() {
         .await
         .unwrap();
     assert_eq!(n, 3 << 20);
-    let text = metrics_text(&addr).await;
-    let value = |name: &str| metric(&text, name);
-    assert!(value("shoal_mount_read_bytes ") >= (3 << 20) as f64);
-    assert!(value("shoal_client_fallbacks_total{cause=\"no_nodes\"} ") >= 3.0);
+    let text = scrape(&addr).await;
+    let value = |name: &str| metric_required(&text, name);
+    assert!(value("shoal_mount_read_bytes_total") >= (3 << 20) as f64);
+    assert!(value("shoal_client_fallbacks_total{cause=\"no_nodes\"}") >= 3.0);
     assert!(
         text.contains("shoal_mount_op_seconds_bucket{le="),
         "op latencies exported"

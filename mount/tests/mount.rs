@@ -420,12 +420,12 @@ async fn a_directory_of_small_files_is_read_ahead() {
     // The shell's glob lists the directory; cat opens the files in its order.
     let cat = |root: &str| format!("cd {root}/small && LC_ALL=C cat * | md5sum");
     assert_eq!(sh_ok(&cat(&q(&m.mnt))).await, sh_ok(&cat(&q(&local))).await);
-    let text = metrics_text(&addr).await;
-    let value = |name: &str| metric(&text, name);
+    let text = scrape(&addr).await;
+    let value = |name: &str| metric_required(&text, name);
     // Every file after the first two was fetched ahead of its open, and no file
     // was fetched twice.
-    assert_eq!(value("shoal_mount_prefetched_files "), 58.0);
-    assert_eq!(value("shoal_client_blocks_total{source=\"node\"} "), 60.0);
+    assert_eq!(value("shoal_mount_prefetched_files_total"), 58.0);
+    assert_eq!(value("shoal_client_blocks_total{source=\"node\"}"), 60.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,11 +445,11 @@ async fn find_over_a_tree_lists_each_directory_once_and_ahead() {
         sh_ok(&find(&q(&m.mnt))).await,
         sh_ok(&find(&q(&local))).await
     );
-    let text = metrics_text(&addr).await;
-    let value = |name: &str| metric(&text, name);
+    let text = scrape(&addr).await;
+    let value = |name: &str| metric_required(&text, name);
     // The mount's root (find opens its starting directory), tree/ and its 12
     // directories, each listed once; all but the first two of them ahead of
     // find's visit.
-    assert_eq!(value("shoal_mount_listings "), 14.0);
-    assert_eq!(value("shoal_mount_prefetched_listings "), 10.0);
+    assert_eq!(value("shoal_mount_listings_total"), 14.0);
+    assert_eq!(value("shoal_mount_prefetched_listings_total"), 10.0);
 }

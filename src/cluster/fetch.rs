@@ -1,17 +1,22 @@
 //! One block from the cluster: owner, failover, hedge, origin fallback.
-
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+//!
+//! The owner is asked first. A failure is retried once on the next ranked node; a
+//! slow owner is hedged (a cached-only request to the next node, within the hedge
+//! budget) after its hedge delay; whichever answers first wins and the other is
+//! dropped. Only one extra node is ever asked. When nothing answers, the origin
+//! does, and the cause is counted.
 
 use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 
-use super::metrics::{self, Fallback, NodeLabel};
+use super::call::cause_of;
+use super::metrics::{self, Fallback};
 use super::reader::ClusterReader;
+use crate::node_proto;
 use crate::route::state::NoNode;
 use crate::route::{BlockId, NodeHandle};
-use crate::s3::{Deadline, GetObject, ObjectMeta, S3Error};
+use crate::store::{GetObject, ObjectMeta, StoreError};
 
 /// Where a block came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,29 +27,10 @@ pub(crate) enum Source {
 
 pub(crate) type Fetched = (Bytes, ObjectMeta, Source);
 
-fn cause_of(e: &S3Error) -> Fallback {
-    match e.cause() {
-        S3Error::Connect { .. }
-        | S3Error::Timeout {
-            deadline: Deadline::Connect,
-            ..
-        } => Fallback::Connect,
-        S3Error::Timeout {
-            deadline: Deadline::FirstByte,
-            ..
-        } => Fallback::FirstByte,
-        S3Error::Timeout {
-            deadline: Deadline::Stall,
-            ..
-        } => Fallback::Stall,
-        _ => Fallback::Error,
-    }
-}
-
 impl ClusterReader {
     /// Fetches `req` (one block range of `bucket/key`, block `index`) through the
     /// cluster, falling back to the origin.
-    pub(crate) async fn routed(&self, req: GetObject, index: u64) -> Result<Fetched, S3Error> {
+    pub(crate) async fn routed(&self, req: GetObject, index: u64) -> Result<Fetched, StoreError> {
         let block = BlockId {
             bucket: &req.bucket,
             key: &req.key,
@@ -70,9 +56,8 @@ impl ClusterReader {
         let mut last = Fallback::Error;
         loop {
             tokio::select! {
-                Some((node, hedged, r)) = running.next() => match r {
+                Some((hedged, r)) = running.next() => match r {
                     Ok((bytes, meta)) => {
-                        self.router.success(&node);
                         if hedged {
                             self.metrics.hedges_won.inc();
                         }
@@ -81,25 +66,13 @@ impl ClusterReader {
                     Err(e) if e.is_answer() => return Err(e),
                     // A hedge found the block cold: keep waiting for the owner, which
                     // is fetching it; a second origin fetch would only add load.
-                    Err(e) if hedged && e.is_not_cached() => {
+                    Err(e) if hedged && node_proto::is_not_cached(&e) => {
                         if running.is_empty() {
                             break;
                         }
                     }
                     Err(e) => {
-                        self.metrics.node_failures.get_or_create(&NodeLabel { node: node.id().to_owned() }).inc();
                         last = cause_of(&e);
-                        if matches!(last, Fallback::Connect | Fallback::FirstByte) {
-                            self.router.mark_down(&node);
-                        } else if matches!(
-                            e.cause(),
-                            S3Error::Server { .. } | S3Error::Throttled { .. } | S3Error::Protocol { .. }
-                        ) {
-                            // It answers, but with failures: the breaker's business. A
-                            // reset connection (a node restarting) is not counted.
-                            self.router.failure(&node);
-                        }
-                        self.log_failure(&node, &e);
                         if !extra_used {
                             if let Some(n) = next.next() {
                                 extra_used = true;
@@ -121,7 +94,7 @@ impl ClusterReader {
                             extra_used = true;
                             self.metrics.hedges_sent.inc();
                             let mut hedge_req = req.clone();
-                            hedge_req.cached_only = true;
+                            node_proto::set_cached_only(&mut hedge_req, true);
                             running.push(self.attempt(n, hedge_req, true));
                         }
                     }
@@ -137,45 +110,21 @@ impl ClusterReader {
         node: NodeHandle,
         req: GetObject,
         hedged: bool,
-    ) -> (NodeHandle, bool, Result<(Bytes, ObjectMeta), S3Error>) {
-        let client = self.node_client(node.id());
-        let _inflight = self.router.begin(&node);
-        self.metrics
-            .node_requests
-            .get_or_create(&NodeLabel {
-                node: node.id().to_owned(),
-            })
-            .inc();
-        let t0 = Instant::now();
-        let r = async {
-            let resp = client.get_object(&req).await?;
-            self.router.observe(&node, t0.elapsed());
-            let meta = resp.meta.clone();
-            Ok((resp.collect().await?, meta))
-        }
-        .await;
-        (node, hedged, r)
+    ) -> (bool, Result<(Bytes, ObjectMeta), StoreError>) {
+        (hedged, self.node_get(&node, &req).await)
     }
 
     pub(crate) async fn read_origin(
         &self,
         req: &GetObject,
         cause: Fallback,
-    ) -> Result<Fetched, S3Error> {
+    ) -> Result<Fetched, StoreError> {
         self.metrics.fallbacks.get_or_create(&cause.label()).inc();
         let mut req = req.clone();
-        req.hop = 0;
-        req.cached_only = false;
-        let (meta, bytes) = self.origin.get_bytes(&req).await?;
+        node_proto::strip(&mut req);
+        let (meta, bytes) =
+            crate::store::get_bytes(&*self.origin, &req, self.origin_attempts).await?;
         Ok((bytes, meta, Source::Origin))
-    }
-
-    /// Logs a node failure, at most one line per second: a dead node must not flood.
-    fn log_failure(&self, node: &NodeHandle, e: &S3Error) {
-        let now = self.started.elapsed().as_secs();
-        if self.last_log.swap(now, Relaxed) != now {
-            tracing::warn!(node = %node.id(), "block request failed, trying elsewhere: {e}");
-        }
     }
 
     pub(crate) fn count(&self, source: Source, bytes: usize) {

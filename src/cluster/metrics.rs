@@ -1,10 +1,16 @@
-//! Every metric the cluster reader exports, named in one place.
+//! Every metric the cluster reader exports, named in one place (prefix
+//! `shoal_client_`; counters end in `_total` when exposed).
+
+use std::sync::atomic::Ordering::Relaxed;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use crate::route::RouterCounters;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabel {
@@ -82,13 +88,13 @@ pub struct ClusterMetrics {
     /// Bytes in the client RAM tier, and its bound.
     pub ram_bytes: Gauge,
     pub ram_capacity_bytes: Gauge,
-    /// Spills (owner at its load limit), nodes marked down, from the router.
-    pub spills: Gauge,
-    pub marked_down: Gauge,
-    /// Times a node's breaker opened after consecutive failures.
-    pub breaker_trips: Gauge,
+    /// Spills (owner at its load limit), nodes marked down and breaker trips, as
+    /// the router counted them (brought up to date before each scrape).
+    pub spills: Counter,
+    pub marked_down: Counter,
+    pub breaker_trips: Counter,
     /// Time block fetches waited for a request slot.
-    pub queue_wait: prometheus_client::metrics::histogram::Histogram,
+    pub queue_wait: Histogram,
     /// Nodes known and nodes currently up.
     pub nodes: Gauge,
     pub nodes_up: Gauge,
@@ -113,100 +119,51 @@ impl Default for ClusterMetrics {
             spills: Default::default(),
             marked_down: Default::default(),
             breaker_trips: Default::default(),
-            queue_wait: prometheus_client::metrics::histogram::Histogram::new(
-                prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 9),
-            ),
+            queue_wait: Histogram::new(exponential_buckets(0.0001, 4.0, 9)),
             nodes: Default::default(),
             nodes_up: Default::default(),
         }
     }
 }
 
+/// Raises `c` to `total`, a count kept elsewhere that only grows.
+pub fn catch_up(c: &Counter, total: u64) {
+    let now = c.get();
+    if total > now {
+        c.inc_by(total - now);
+    }
+}
+
 impl ClusterMetrics {
+    /// Copies the router's own counts into the exported counters.
+    pub fn catch_up_router(&self, r: &RouterCounters) {
+        catch_up(&self.spills, r.spills.load(Relaxed));
+        catch_up(&self.marked_down, r.marked_down.load(Relaxed));
+        catch_up(&self.breaker_trips, r.breaker_trips.load(Relaxed));
+    }
+
     pub fn register(&self, r: &mut Registry) {
         let p = r.sub_registry_with_prefix("shoal_client");
-        p.register("blocks", "Blocks delivered, by source", self.blocks.clone());
-        p.register("bytes", "Bytes delivered, by source", self.bytes.clone());
-        p.register(
-            "node_requests",
-            "Block requests sent, per node",
-            self.node_requests.clone(),
+        crate::register_metrics!(p,
+            "blocks" => self.blocks, "Blocks delivered, by source";
+            "bytes" => self.bytes, "Bytes delivered, by source";
+            "node_requests" => self.node_requests, "Block requests sent, per node";
+            "node_failures" => self.node_failures, "Block requests that failed, per node";
+            "fallbacks" => self.fallbacks, "Blocks read from the origin directly, by cause";
+            "failovers" => self.failovers, "Requests retried on the next ranked node";
+            "hedges_sent" => self.hedges_sent, "Hedged requests sent";
+            "hedges_won" => self.hedges_won, "Hedged requests that answered first";
+            "coalesced_waits" => self.coalesced_waits, "Block requests that joined a fetch in flight";
+            "stale" => self.stale, "Reads refused because the object changed";
+            "prefetched" => self.prefetched, "Blocks fetched ahead of reads";
+            "ram_bytes" => self.ram_bytes, "Bytes in the client RAM tier";
+            "ram_capacity_bytes" => self.ram_capacity_bytes, "Bound of the client RAM tier";
+            "spills" => self.spills, "Blocks sent past an owner at its load limit";
+            "marked_down" => self.marked_down, "Times a node was marked down";
+            "breaker_trips" => self.breaker_trips, "Times a node's breaker opened after consecutive failures";
+            "queue_wait_seconds" => self.queue_wait, "Time block fetches waited for a request slot";
+            "nodes" => self.nodes, "Nodes in the current membership";
+            "nodes_up" => self.nodes_up, "Nodes not marked down";
         );
-        p.register(
-            "node_failures",
-            "Block requests that failed, per node",
-            self.node_failures.clone(),
-        );
-        p.register(
-            "fallbacks",
-            "Blocks read from the origin directly, by cause",
-            self.fallbacks.clone(),
-        );
-        p.register(
-            "failovers",
-            "Requests retried on the next ranked node",
-            self.failovers.clone(),
-        );
-        p.register(
-            "hedges_sent",
-            "Hedged requests sent",
-            self.hedges_sent.clone(),
-        );
-        p.register(
-            "hedges_won",
-            "Hedged requests that answered first",
-            self.hedges_won.clone(),
-        );
-        p.register(
-            "coalesced_waits",
-            "Block requests that joined a fetch in flight",
-            self.coalesced_waits.clone(),
-        );
-        p.register(
-            "stale",
-            "Reads refused because the object changed",
-            self.stale.clone(),
-        );
-        p.register(
-            "prefetched",
-            "Blocks fetched ahead of reads",
-            self.prefetched.clone(),
-        );
-        p.register(
-            "ram_bytes",
-            "Bytes in the client RAM tier",
-            self.ram_bytes.clone(),
-        );
-        p.register(
-            "ram_capacity_bytes",
-            "Bound of the client RAM tier",
-            self.ram_capacity_bytes.clone(),
-        );
-        p.register(
-            "spills",
-            "Blocks sent past an owner at its load limit",
-            self.spills.clone(),
-        );
-        p.register(
-            "marked_down",
-            "Times a node was marked down",
-            self.marked_down.clone(),
-        );
-        p.register(
-            "breaker_trips",
-            "Times a node's breaker opened after consecutive failures",
-            self.breaker_trips.clone(),
-        );
-        p.register(
-            "queue_wait_seconds",
-            "Time block fetches waited for a request slot",
-            self.queue_wait.clone(),
-        );
-        p.register(
-            "nodes",
-            "Nodes in the current membership",
-            self.nodes.clone(),
-        );
-        p.register("nodes_up", "Nodes not marked down", self.nodes_up.clone());
     }
 }

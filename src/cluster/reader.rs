@@ -1,47 +1,24 @@
-//! [`ClusterReader`] (shared by every handle) and [`Handle`] (one pinned version).
+//! [`ClusterReader`]: what every handle shares (router, node stores, origin, RAM
+//! tier, in-flight budget), and the block pipeline each read goes through.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{stream, Stream, StreamExt, TryStreamExt};
 use tokio::sync::Semaphore;
 
-use super::metrics::{self, ClusterMetrics};
-use crate::cache::{BlockCache, BlockKey, Coalescer, Joined, NoCache, RamTier};
-use crate::config::{ClusterConfig, RetryPolicy};
-use crate::route::{Membership, Router, SystemClock};
-use crate::s3::{ByteRange, GetObject, ObjectMeta, S3Client, S3ClientOptions, S3Error};
-
-/// The S3 client for node `id` of `cluster`: the cluster's credentials and
-/// deadlines, no retries (failover, or the caller, is the retry), `Range` unsigned
-/// so the node can widen it.
-pub fn node_client(
-    cluster: &ClusterConfig,
-    region: &str,
-    id: &str,
-    pool_idle_per_host: usize,
-) -> S3Client {
-    let scheme = if cluster.tls { "https" } else { "http" };
-    S3Client::new(S3ClientOptions {
-        endpoint: url::Url::parse(&format!("{scheme}://{id}"))
-            .expect("a canonical node id is a URL authority"),
-        region: region.to_owned(),
-        addressing: crate::config::Addressing::Path,
-        credentials: cluster.credentials.clone(),
-        timeouts: cluster.timeouts,
-        retry: RetryPolicy {
-            max_attempts: 1,
-            base: Duration::from_millis(1),
-            max: Duration::from_millis(1),
-        },
-        sign_range: false,
-        pool_idle_per_host,
-    })
-    .expect("node client builds like the origin client")
-}
+use super::error::ReadError;
+use super::handle::{Handle, HandleInner};
+use super::metrics::{self, ClusterMetrics, Fallback};
+use super::nodes::{Nodes, S3Nodes};
+use crate::blocks::{BlockKey, Served, Tiers};
+use crate::config::ClusterConfig;
+use crate::node_proto;
+use crate::route::{Clock, Membership, Router, TokioClock};
+use crate::store::s3::S3Client;
+use crate::store::{ByteRange, GetObject, ObjectMeta, ObjectStore, StoreError};
 
 /// How a reader is shaped beyond the cluster config.
 #[derive(Clone, Debug)]
@@ -66,13 +43,25 @@ impl Default for ReaderOptions {
     }
 }
 
+/// Everything a reader is built from, for embedders and tests that bring their own
+/// stores; [`ClusterReader::new`] makes these from a config.
+pub struct ReaderParts {
+    pub origin: Arc<dyn ObjectStore>,
+    /// Requests per origin read (a body cut off midway is resumed).
+    pub origin_attempts: u32,
+    pub cluster: ClusterConfig,
+    pub membership: Arc<Membership>,
+    pub nodes: Arc<dyn Nodes>,
+    pub clock: Arc<dyn Clock>,
+}
+
 pub struct ClusterReader {
     pub(crate) router: Arc<Router>,
-    pub(crate) origin: S3Client,
-    cluster: ClusterConfig,
-    clients: Mutex<HashMap<String, S3Client>>,
-    ram: Arc<dyn BlockCache>,
-    flights: Coalescer<BlockKey, (Bytes, ObjectMeta)>,
+    pub(crate) origin: Arc<dyn ObjectStore>,
+    pub(crate) origin_attempts: u32,
+    pub(crate) cluster: ClusterConfig,
+    pub(crate) nodes: Arc<dyn Nodes>,
+    tiers: Tiers<(), ReadError>,
     inflight: Arc<Semaphore>,
     inflight_limit: usize,
     queue_wait: Option<Duration>,
@@ -95,34 +84,31 @@ impl ClusterReader {
         opts: ReaderOptions,
     ) -> Arc<ClusterReader> {
         let cluster = cluster.cloned().unwrap_or_else(ClusterConfig::standalone);
-        let membership = Membership::from_config(&cluster);
-        Self::with_membership(origin, cluster, membership, opts)
+        let parts = ReaderParts {
+            origin_attempts: origin.options().retry.max_attempts,
+            nodes: Arc::new(S3Nodes::new(&cluster, &origin.options().region, 64)),
+            membership: Membership::from_config(&cluster),
+            origin: Arc::new(origin),
+            cluster,
+            clock: Arc::new(TokioClock),
+        };
+        Self::from_parts(parts, opts)
     }
 
-    pub fn with_membership(
-        origin: S3Client,
-        cluster: ClusterConfig,
-        membership: Arc<Membership>,
-        opts: ReaderOptions,
-    ) -> Arc<ClusterReader> {
-        let refresh = membership.spawn_refresh();
-        let router = Arc::new(Router::new(&cluster, membership, Arc::new(SystemClock)));
-        let ram: Arc<dyn BlockCache> = if opts.ram_bytes > 0 {
-            Arc::new(RamTier::new(opts.ram_bytes, 16))
-        } else {
-            Arc::new(NoCache)
-        };
+    pub fn from_parts(p: ReaderParts, opts: ReaderOptions) -> Arc<ClusterReader> {
+        let refresh = p.membership.spawn_refresh();
+        let router = Arc::new(Router::new(&p.cluster, p.membership, p.clock));
         let limit = opts
             .max_inflight_blocks
-            .unwrap_or(cluster.read_window * 4)
+            .unwrap_or(p.cluster.read_window * 4)
             .max(1);
         Arc::new(ClusterReader {
             router,
-            origin,
-            cluster,
-            clients: Mutex::new(HashMap::new()),
-            ram,
-            flights: Coalescer::default(),
+            origin: p.origin,
+            origin_attempts: p.origin_attempts,
+            cluster: p.cluster,
+            nodes: p.nodes,
+            tiers: Tiers::new(opts.ram_bytes, None),
             inflight: Arc::new(Semaphore::new(limit)),
             inflight_limit: limit,
             queue_wait: opts.queue_wait,
@@ -136,6 +122,11 @@ impl ClusterReader {
 
     pub fn router(&self) -> &Arc<Router> {
         &self.router
+    }
+
+    /// The origin every read falls back to.
+    pub fn origin(&self) -> &Arc<dyn ObjectStore> {
+        &self.origin
     }
 
     pub fn block_size(&self) -> u64 {
@@ -155,24 +146,16 @@ impl ClusterReader {
         self.inflight_limit
     }
 
-    pub fn ram_stats(&self) -> crate::cache::TierStats {
-        self.ram.stats()
+    pub fn ram_stats(&self) -> crate::blocks::TierStats {
+        self.tiers.ram_stats()
     }
 
     /// Brings the gauges up to date (call before a scrape).
     pub fn refresh_gauges(&self) {
-        let s = self.ram.stats();
+        let s = self.tiers.ram_stats();
         self.metrics.ram_bytes.set(s.used_bytes as i64);
         self.metrics.ram_capacity_bytes.set(s.capacity_bytes as i64);
-        self.metrics
-            .spills
-            .set(self.router.counters.spills.load(Relaxed) as i64);
-        self.metrics
-            .marked_down
-            .set(self.router.counters.marked_down.load(Relaxed) as i64);
-        self.metrics
-            .breaker_trips
-            .set(self.router.counters.breaker_trips.load(Relaxed) as i64);
+        self.metrics.catch_up_router(&self.router.counters);
         let nodes = self.router.nodes();
         self.metrics.nodes.set(nodes.len() as i64);
         self.metrics
@@ -180,16 +163,8 @@ impl ClusterReader {
             .set(nodes.iter().filter(|n| !self.router.is_down(n)).count() as i64);
     }
 
-    /// The S3 client for one node: cluster credentials, node deadlines, no retries
-    /// (failover is the retry), `Range` unsigned so the node can widen it.
-    pub(crate) fn node_client(&self, id: &str) -> S3Client {
-        let mut clients = self.clients.lock().unwrap();
-        if let Some(c) = clients.get(id) {
-            return c.clone();
-        }
-        let c = node_client(&self.cluster, &self.origin.options().region, id, 64);
-        clients.insert(id.to_owned(), c.clone());
-        c
+    fn key(&self, bucket: &str, key: &str, etag: &str, index: u64) -> BlockKey {
+        BlockKey::new(bucket, key, etag, self.cluster.block_size, index)
     }
 
     fn block_range(&self, index: u64, size: u64) -> ByteRange {
@@ -204,7 +179,7 @@ impl ClusterReader {
         bucket: &str,
         key: &str,
         known: Option<ObjectMeta>,
-    ) -> Result<Handle, S3Error> {
+    ) -> Result<Handle, ReadError> {
         self.open_hop(bucket, key, known, None, 0).await
     }
 
@@ -218,7 +193,7 @@ impl ClusterReader {
         known: Option<ObjectMeta>,
         if_match: Option<&str>,
         hops: u32,
-    ) -> Result<Handle, S3Error> {
+    ) -> Result<Handle, ReadError> {
         self.open_hop(bucket, key, known, if_match, hops + 1).await
     }
 
@@ -229,19 +204,19 @@ impl ClusterReader {
         known: Option<ObjectMeta>,
         if_match: Option<&str>,
         hop: u32,
-    ) -> Result<Handle, S3Error> {
+    ) -> Result<Handle, ReadError> {
         let meta = match known {
             Some(m) => m,
             None => self.learn(bucket, key, hop, if_match).await?,
         };
-        Ok(Handle(Arc::new(HandleInner {
+        Ok(Handle::new(HandleInner {
             reader: self.clone(),
             bucket: bucket.into(),
             key: key.into(),
             meta,
             hop,
-            stale: AtomicBool::new(false),
-        })))
+            stale: Default::default(),
+        }))
     }
 
     /// The version of `bucket/key` as the owner of its block 0 knows it, for a
@@ -253,7 +228,7 @@ impl ClusterReader {
         key: &str,
         if_match: Option<&str>,
         hops: u32,
-    ) -> Result<ObjectMeta, S3Error> {
+    ) -> Result<ObjectMeta, StoreError> {
         let mut req = GetObject::new(bucket, key);
         req.if_match = if_match.map(str::to_owned);
         let block = crate::route::BlockId {
@@ -263,35 +238,19 @@ impl ClusterReader {
         };
         let cause = match self.router.pick(&block) {
             Ok(pick) => {
-                let client = self.node_client(pick.node.id());
-                let _inflight = self.router.begin(&pick.node);
-                self.metrics
-                    .node_requests
-                    .get_or_create(&metrics::NodeLabel {
-                        node: pick.node.id().to_owned(),
-                    })
-                    .inc();
                 let mut hreq = req.clone();
-                hreq.hop = hops + 1;
-                match client.head_object(&hreq).await {
-                    Ok(meta) => {
-                        self.router.success(&pick.node);
-                        return Ok(meta);
-                    }
+                node_proto::set_hop(&mut hreq, hops + 1);
+                match self.node_head(&pick.node, &hreq).await {
+                    Ok(meta) => return Ok(meta),
                     Err(e) if e.is_answer() => return Err(e),
-                    Err(e) => {
-                        if matches!(e.cause(), S3Error::Connect { .. }) {
-                            self.router.mark_down(&pick.node);
-                        }
-                        super::metrics::Fallback::Error
-                    }
+                    Err(_) => Fallback::Error,
                 }
             }
-            Err(crate::route::state::NoNode::Empty) => super::metrics::Fallback::NoNodes,
-            Err(crate::route::state::NoNode::AllDown) => super::metrics::Fallback::Down,
+            Err(crate::route::state::NoNode::Empty) => Fallback::NoNodes,
+            Err(crate::route::state::NoNode::AllDown) => Fallback::Down,
         };
         self.metrics.fallbacks.get_or_create(&cause.label()).inc();
-        self.origin.head_object(&req).await
+        self.origin.head(&req).await
     }
 
     /// Learns size and ETag by fetching block 0 through the cluster (keeping it).
@@ -301,34 +260,31 @@ impl ClusterReader {
         key: &str,
         hop: u32,
         if_match: Option<&str>,
-    ) -> Result<ObjectMeta, S3Error> {
+    ) -> Result<ObjectMeta, ReadError> {
         let id = (bucket.to_owned(), key.to_owned());
         let changed = self.changed.lock().unwrap().remove(&id).is_some();
-        let head = || {
-            let mut req = GetObject::new(bucket, key);
-            req.if_match = if_match.map(str::to_owned);
-            req
-        };
+        let mut head = GetObject::new(bucket, key);
+        head.if_match = if_match.map(str::to_owned);
         if changed {
-            return self.origin.head_object(&head()).await;
+            return Ok(self.origin.head(&head).await?);
         }
         let bs = self.cluster.block_size;
-        let mut req = GetObject::new(bucket, key).range(ByteRange::From {
+        let mut req = head.clone().range(ByteRange::From {
             first: 0,
             last: Some(bs - 1),
         });
-        req.hop = hop;
-        req.if_match = if_match.map(str::to_owned);
+        node_proto::set_hop(&mut req, hop);
         match self.routed(req, 0).await {
             Ok((bytes, meta, source)) => {
                 self.count(source, bytes.len());
-                self.ram
-                    .insert(BlockKey::new(bucket, key, &meta.etag, 0), bytes);
+                self.tiers
+                    .fill(self.key(bucket, key, &meta.etag, 0), bytes)
+                    .await;
                 Ok(meta)
             }
             // An empty object has no byte 0.
-            Err(S3Error::InvalidRange { .. }) => self.origin.head_object(&head()).await,
-            Err(e) => Err(e),
+            Err(StoreError::InvalidRange { .. }) => Ok(self.origin.head(&head).await?),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -340,22 +296,14 @@ impl ClusterReader {
         meta: &ObjectMeta,
         index: u64,
         hop: u32,
-    ) -> Result<Bytes, S3Error> {
-        let bk = BlockKey::new(bucket, key, &meta.etag, index);
-        if let Some(b) = self.ram.get(&bk) {
-            self.metrics.blocks.get_or_create(&metrics::RAM).inc();
-            self.metrics
-                .bytes
-                .get_or_create(&metrics::RAM)
-                .inc_by(b.len() as u64);
-            return Ok(b);
-        }
+    ) -> Result<Bytes, ReadError> {
+        let bk = self.key(bucket, key, &meta.etag, index);
         let me = self.clone();
         let mut req = GetObject::new(bucket, key)
             .range(self.block_range(index, meta.size))
             .if_match(&meta.etag);
-        req.hop = hop;
-        let bk2 = bk.clone();
+        node_proto::set_hop(&mut req, hop);
+        let want = meta.etag.clone();
         let fetch = async move {
             // Bound the memory of all fetches together.
             let t0 = Instant::now();
@@ -365,160 +313,58 @@ impl ClusterReader {
                 Some(limit) => tokio::time::timeout(limit, permit).await.ok(),
             };
             me.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
-            let (bytes, meta, source) = match permit {
-                Some(_permit) => me.routed(req, index).await?,
+            let fetched = match permit {
+                Some(_permit) => me.routed(req.clone(), index).await,
                 // Every slot is taken for longer than the bound: queueing behind
                 // them would only add latency, so read the origin now.
-                None => me.read_origin(&req, super::metrics::Fallback::Shed).await?,
+                None => me.read_origin(&req, Fallback::Shed).await,
             };
-            me.count(source, bytes.len());
-            me.ram.insert(bk2, bytes.clone());
-            Ok((bytes, meta))
+            let stale = || ReadError::Stale {
+                bucket: req.bucket.clone(),
+                key: req.key.clone(),
+            };
+            match fetched {
+                // A node or the origin ignored If-Match: never join bytes of two
+                // versions.
+                Ok((_, got, _)) if got.etag != want => Err(stale()),
+                Ok((bytes, _, source)) => {
+                    me.count(source, bytes.len());
+                    Ok(bytes)
+                }
+                Err(StoreError::PreconditionFailed { .. }) => Err(stale()),
+                Err(e) => Err(e.into()),
+            }
         };
-        let (r, joined) = self.flights.run(bk, fetch).await;
-        if joined == Joined::Follower {
-            self.metrics.coalesced_waits.inc();
-        }
-        let (bytes, got) = r?;
-        if got.etag != meta.etag {
-            // A node or the origin ignored If-Match: never join bytes of two versions.
-            return Err(S3Error::PreconditionFailed {
-                bucket: bucket.into(),
-                key: key.into(),
-            });
+        let (bytes, served) = self.tiers.get_or_fetch(bk, (), true, fetch).await?;
+        match served {
+            Served::Ram | Served::Disk => {
+                self.metrics.blocks.get_or_create(&metrics::RAM).inc();
+                self.metrics
+                    .bytes
+                    .get_or_create(&metrics::RAM)
+                    .inc_by(bytes.len() as u64);
+            }
+            Served::Joined => {
+                self.metrics.coalesced_waits.inc();
+            }
+            Served::Fetched => {}
         }
         Ok(bytes)
     }
 
     /// Forgets cached blocks of an object (it changed); the next open of it asks
     /// the origin for its version.
-    pub fn invalidate(&self, bucket: &str, key: &str) {
-        self.ram.remove_object(bucket, key);
+    pub async fn invalidate(&self, bucket: &str, key: &str) {
+        self.tiers.remove_object(bucket, key).await;
         let mut changed = self.changed.lock().unwrap();
         changed.retain(|_, at| at.elapsed() < Duration::from_secs(60));
         changed.insert((bucket.to_owned(), key.to_owned()), Instant::now());
     }
-}
 
-struct HandleInner {
-    reader: Arc<ClusterReader>,
-    bucket: Arc<str>,
-    key: Arc<str>,
-    meta: ObjectMeta,
-    /// Sent with every node request of this handle (0 = none).
-    hop: u32,
-    stale: AtomicBool,
-}
-
-/// One object version, open for reading. Cheap to clone.
-#[derive(Clone)]
-pub struct Handle(Arc<HandleInner>);
-
-impl Handle {
-    pub fn meta(&self) -> &ObjectMeta {
-        &self.0.meta
-    }
-
-    pub fn bucket(&self) -> &str {
-        &self.0.bucket
-    }
-
-    pub fn key(&self) -> &str {
-        &self.0.key
-    }
-
-    /// The object changed since open: every later read fails.
-    pub fn is_stale(&self) -> bool {
-        self.0.stale.load(Relaxed)
-    }
-
-    fn stale_error(&self) -> S3Error {
-        S3Error::PreconditionFailed {
-            bucket: self.0.bucket.to_string(),
-            key: self.0.key.to_string(),
-        }
-    }
-
-    async fn block(&self, index: u64) -> Result<Bytes, S3Error> {
-        if self.is_stale() {
-            return Err(self.stale_error());
-        }
-        let h = &self.0;
-        match h
-            .reader
-            .block(&h.bucket, &h.key, &h.meta, index, h.hop)
-            .await
-        {
-            Err(e @ S3Error::PreconditionFailed { .. }) => {
-                if !h.stale.swap(true, Relaxed) {
-                    h.reader.metrics.stale.inc();
-                    h.reader.invalidate(&h.bucket, &h.key);
-                    tracing::warn!(bucket = %h.bucket, key = %h.key, "object changed while open: reads of this handle now fail");
-                }
-                Err(e)
-            }
-            r => r,
-        }
-    }
-
-    /// Bytes `start..end` (clamped to the object) as a stream of chunks, with up to
-    /// `read_window` blocks in flight, in order.
-    pub fn stream(
-        &self,
-        start: u64,
-        end: u64,
-    ) -> impl Stream<Item = Result<Bytes, S3Error>> + Send + 'static {
-        let size = self.0.meta.size;
-        let end = end.min(size);
-        let bs = self.0.reader.block_size();
-        // Half-open block range; empty when there is nothing to read.
-        let blocks = if start < end {
-            start / bs..(end - 1) / bs + 1
-        } else {
-            0..0
-        };
-        let me = self.clone();
-        stream::iter(blocks)
-            .map(move |i| {
-                let me = me.clone();
-                async move {
-                    let b = me.block(i).await?;
-                    let off = i * bs;
-                    let lo = start.saturating_sub(off) as usize;
-                    let hi = ((end - off) as usize).min(b.len());
-                    Ok(b.slice(lo..hi))
-                }
-            })
-            .buffered(self.0.reader.read_window())
-    }
-
-    /// Bytes `start..start+len` (clamped to the object), collected.
-    pub async fn read(&self, start: u64, len: u64) -> Result<Bytes, S3Error> {
-        let end = start.saturating_add(len).min(self.0.meta.size);
-        if start >= end {
-            return Ok(Bytes::new());
-        }
-        let parts: Vec<Bytes> = self.stream(start, end).try_collect().await?;
-        if parts.len() == 1 {
-            return Ok(parts.into_iter().next().unwrap());
-        }
-        let mut out = bytes::BytesMut::with_capacity((end - start) as usize);
-        for p in parts {
-            out.extend_from_slice(&p);
-        }
-        Ok(out.freeze())
-    }
-
-    /// Starts fetching blocks `first..first+count` into the RAM tier without waiting.
-    pub fn prefetch(&self, first: u64, count: u64) {
-        let bs = self.0.reader.block_size();
-        let last = self.0.meta.size.div_ceil(bs);
-        for i in first..(first + count).min(last) {
-            let me = self.clone();
-            self.0.reader.metrics.prefetched.inc();
-            tokio::spawn(async move {
-                let _ = me.block(i).await;
-            });
+    /// Resolves a DNS membership once now (a static one is ready already).
+    pub async fn membership_ready(&self) {
+        if let Err(e) = self.router.membership().refresh().await {
+            tracing::warn!("cannot resolve the cluster's DNS name: {e}");
         }
     }
 }
@@ -542,41 +388,27 @@ impl ClusterReader {
         key: &str,
         meta: &ObjectMeta,
         index: u64,
-    ) -> Result<(Warmed, String), S3Error> {
+    ) -> Result<(Warmed, String), ReadError> {
         let block = crate::route::BlockId { bucket, key, index };
-        let pick = self.router.pick(&block).map_err(|why| S3Error::Connect {
-            endpoint: "cluster".into(),
-            message: format!("no node can take the block ({why:?})"),
+        let pick = self.router.pick(&block).map_err(|why| {
+            ReadError::NoNode(match why {
+                crate::route::state::NoNode::Empty => "the cluster has no nodes",
+                crate::route::state::NoNode::AllDown => "every node is down",
+            })
         })?;
-        let client = self.node_client(pick.node.id());
-        let _inflight = self.router.begin(&pick.node);
         let mut req = GetObject::new(bucket, key)
             .range(self.block_range(index, meta.size))
             .if_match(&meta.etag);
-        req.cached_only = true;
-        let outcome = match client.get_bytes(&req).await {
+        node_proto::set_cached_only(&mut req, true);
+        let outcome = match self.node_get(&pick.node, &req).await {
             Ok(_) => Warmed::AlreadyWarm,
-            Err(e) if e.is_not_cached() => {
-                req.cached_only = false;
-                client.get_bytes(&req).await?;
+            Err(e) if node_proto::is_not_cached(&e) => {
+                node_proto::set_cached_only(&mut req, false);
+                self.node_get(&pick.node, &req).await?;
                 Warmed::Fetched
             }
-            Err(e) => {
-                if matches!(e.cause(), S3Error::Connect { .. }) {
-                    self.router.mark_down(&pick.node);
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(e.into()),
         };
         Ok((outcome, pick.node.id().to_owned()))
-    }
-}
-
-impl ClusterReader {
-    /// Resolves a DNS membership once now (a static one is ready already).
-    pub async fn membership_ready(&self) {
-        if let Err(e) = self.router.membership().refresh().await {
-            tracing::warn!("cannot resolve the cluster's DNS name: {e}");
-        }
     }
 }

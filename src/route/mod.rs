@@ -11,4 +11,6 @@ pub mod state;
 
 pub use membership::{Membership, Resolver, SystemResolver};
 pub use placement::{BlockId, Candidate, NodeSet, PlacedNode, SEED};
-pub use state::{Clock, NodeHandle, Pick, Router, RouterCounters, SystemClock, TestClock};
+pub use state::{
+    Clock, NodeHandle, Pick, Router, RouterCounters, SystemClock, TestClock, TokioClock,
+};

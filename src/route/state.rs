@@ -33,6 +33,16 @@ impl Clock for SystemClock {
     }
 }
 
+/// Tokio's clock: the system's, or a test's paused one (so timers and the router
+/// agree on what time it is).
+pub struct TokioClock;
+
+impl Clock for TokioClock {
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}
+
 /// A clock that only moves when told to.
 pub struct TestClock {
     base: Instant,

@@ -154,6 +154,10 @@ fn paced(body: s3s::Body, bandwidth: u64, cut_at: Option<u64>, stats: Arc<Stats>
             }
             if st.cut {
                 st.done = true;
+                // Let what precedes the cut (headers included) reach the wire
+                // first: a reset mid-body, not a connection closed before the
+                // answer.
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 let err: BoxError = "fault mode: connection reset mid-body".into();
                 return Some((Err(err), st));
             }

@@ -1,4 +1,4 @@
-//! Shared test harness: an S3 origin to test against.
+//! The library's test harness: an S3 origin to test against, on the shared test kit.
 //!
 //! By default a real S3 server (the `shoal-testorigin` crate) runs in process on
 //! 127.0.0.1. With `SHOAL_TEST_S3_ENDPOINT`, `SHOAL_TEST_S3_BUCKET`,
@@ -8,13 +8,11 @@
 //! fault mode or exact request counts are skipped there, and say so.
 #![allow(dead_code)]
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
-use shoal::config::{Addressing, CredentialMode, Credentials, RetryPolicy, Timeouts};
-use shoal::s3::{S3Client, S3ClientOptions};
-use shoal_testorigin::{Origin, OriginOptions};
+use shoal::store::s3::{S3Client, S3ClientOptions};
+
+pub use shoal_testkit::*;
 
 pub struct TestS3 {
     /// The in-process origin; `None` against an external endpoint.
@@ -24,31 +22,6 @@ pub struct TestS3 {
     pub bucket: String,
     /// Every key a test writes is under this prefix.
     pub prefix: String,
-}
-
-pub fn client_options(endpoint: &str, region: &str, access: &str, secret: &str) -> S3ClientOptions {
-    S3ClientOptions {
-        endpoint: url::Url::parse(endpoint).expect("endpoint URL"),
-        region: region.into(),
-        addressing: Addressing::Path,
-        credentials: CredentialMode::Keys(Credentials {
-            access_key_id: access.into(),
-            secret_access_key: secret.into(),
-            session_token: None,
-        }),
-        timeouts: Timeouts {
-            connect: Duration::from_secs(2),
-            first_byte: Duration::from_secs(10),
-            stall: Duration::from_secs(10),
-        },
-        retry: RetryPolicy {
-            max_attempts: 4,
-            base: Duration::from_millis(5),
-            max: Duration::from_millis(50),
-        },
-        sign_range: true,
-        pool_idle_per_host: 16,
-    }
 }
 
 fn random_prefix() -> String {
@@ -69,6 +42,7 @@ impl TestS3 {
                 &region,
                 &var("SHOAL_TEST_S3_ACCESS_KEY"),
                 &var("SHOAL_TEST_S3_SECRET_KEY"),
+                true,
             );
             return TestS3 {
                 origin: None,
@@ -78,15 +52,12 @@ impl TestS3 {
                 prefix: random_prefix(),
             };
         }
-        let origin = Origin::start(OriginOptions::default())
-            .await
-            .expect("start origin");
-        let o = &origin.options;
-        let opts = client_options(&origin.endpoint(), &o.region, &o.access_key, &o.secret_key);
+        let origin = origin().await;
+        let client = origin_client(&origin);
         TestS3 {
-            client: S3Client::new(opts.clone()).unwrap(),
-            opts,
-            bucket: o.buckets[0].clone(),
+            opts: client.options().clone(),
+            client,
+            bucket: BUCKET.into(),
             prefix: random_prefix(),
             origin: Some(origin),
         }
@@ -121,18 +92,4 @@ impl TestS3 {
         }
         self.origin.as_ref()
     }
-}
-
-/// Deterministic pseudo-random bytes.
-pub fn data(len: usize, seed: u64) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
 }

@@ -1,8 +1,10 @@
 //! Filesystem errors, mapped to errno in one place.
 
-use shoal::s3::S3Error;
+use shoal::blocks::FlightError;
+use shoal::cluster::ReadError;
+use shoal::store::StoreError;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum FsError {
     #[error("no such file or directory")]
     NotFound,
@@ -35,12 +37,31 @@ impl FsError {
     }
 }
 
-impl From<S3Error> for FsError {
-    fn from(e: S3Error) -> Self {
+impl From<StoreError> for FsError {
+    fn from(e: StoreError) -> Self {
         match e.cause() {
-            S3Error::NoSuchKey { .. } => FsError::NotFound,
-            S3Error::PreconditionFailed { .. } => FsError::Stale(e.to_string()),
+            StoreError::NoSuchKey { .. } => FsError::NotFound,
+            StoreError::PreconditionFailed { .. } => FsError::Stale(e.to_string()),
             _ => FsError::Io(e.to_string()),
+        }
+    }
+}
+
+impl From<ReadError> for FsError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Store(e) => e.into(),
+            ReadError::Stale { .. } => FsError::Stale(e.to_string()),
+            e => FsError::Io(e.to_string()),
+        }
+    }
+}
+
+impl From<FlightError<FsError>> for FsError {
+    fn from(e: FlightError<FsError>) -> Self {
+        match e {
+            FlightError::Failed(e) => e,
+            FlightError::Lost(why) => FsError::Io(format!("listing task failed: {why}")),
         }
     }
 }

@@ -2,40 +2,16 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use shoal::cluster::{ClusterReader, ReaderOptions};
-use shoal::config::{Addressing, CredentialMode, Credentials, RetryPolicy, Timeouts};
-use shoal::s3::{S3Client, S3ClientOptions};
-use shoal_testorigin::{Origin, OriginOptions};
+use shoal_testkit::Origin;
 
 use super::*;
 
 async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
-    let origin = Origin::start(OriginOptions::default()).await.unwrap();
-    let o = &origin.options;
-    let client = S3Client::new(S3ClientOptions {
-        endpoint: url::Url::parse(&origin.endpoint()).unwrap(),
-        region: "us-east-1".into(),
-        addressing: Addressing::Path,
-        credentials: CredentialMode::Keys(Credentials {
-            access_key_id: o.access_key.clone(),
-            secret_access_key: o.secret_key.clone(),
-            session_token: None,
-        }),
-        timeouts: Timeouts {
-            connect: Duration::from_secs(1),
-            first_byte: Duration::from_secs(5),
-            stall: Duration::from_secs(5),
-        },
-        retry: RetryPolicy {
-            max_attempts: 2,
-            base: Duration::from_millis(1),
-            max: Duration::from_millis(5),
-        },
-        sign_range: true,
-        pool_idle_per_host: 8,
-    })
-    .unwrap();
-    let reader = ClusterReader::new(client.clone(), None, ReaderOptions::default());
+    let origin = shoal_testkit::origin().await;
+    let client = shoal_testkit::origin_client(&origin);
+    let reader = ClusterReader::new(client, None, ReaderOptions::default());
     let fs = Fs::new(
         FsOptions {
             bucket: "shoal-test".into(),
@@ -48,10 +24,25 @@ async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
             dir_mode: 0o555,
             prefetch_files: 32,
         },
-        client,
         reader,
     );
     (origin, Arc::new(fs))
+}
+
+/// Opens a directory as a reader does (a visit in its parent's walk) and reads
+/// its entries through the handle, `.` and `..` left out.
+async fn opendir(fs: &Arc<Fs>, ino: u64) -> Result<Vec<DirEntry>, FsError> {
+    let fh = fs.opendir(ino).await?;
+    let entries = fs
+        .dir_items(fh, 2)?
+        .map(|d| DirEntry {
+            name: d.name,
+            ino: d.ino,
+            kind: d.kind,
+        })
+        .collect();
+    fs.releasedir(fh);
+    Ok(entries)
 }
 
 #[tokio::test]
@@ -284,15 +275,14 @@ async fn directories_opened_in_listing_order_are_listed_ahead() {
     let walk = |top: &'static str, reverse: bool| {
         let fs = fs.clone();
         async move {
-            let root = fs.opendir(ROOT).await.unwrap();
+            let root = opendir(&fs, ROOT).await.unwrap();
             let ino = root.iter().find(|e| e.name == top).unwrap().ino;
-            let mut dirs: Vec<DirEntry> = fs.opendir(ino).await.unwrap().to_vec();
+            let mut dirs: Vec<DirEntry> = opendir(&fs, ino).await.unwrap();
             if reverse {
                 dirs.reverse();
             }
             for d in dirs {
-                let names: Vec<String> = fs
-                    .opendir(d.ino)
+                let names: Vec<String> = opendir(&fs, d.ino)
                     .await
                     .unwrap()
                     .iter()
@@ -327,11 +317,11 @@ async fn a_walk_down_a_tree_continues_into_each_directory() {
     }
     // As `tar` or `cp -r` walks: each directory's files in order, then the next
     // directory.
-    let root = fs.opendir(ROOT).await.unwrap();
-    let v = fs.opendir(root[0].ino).await.unwrap();
+    let root = opendir(&fs, ROOT).await.unwrap();
+    let v = opendir(&fs, root[0].ino).await.unwrap();
     origin.stats.reset();
     for d in v.iter() {
-        let files = fs.opendir(d.ino).await.unwrap();
+        let files = opendir(&fs, d.ino).await.unwrap();
         for f in files.iter() {
             let h = fs.open(f.ino).await.unwrap();
             let got = fs.read(h.fh, 0, 100).await.unwrap();

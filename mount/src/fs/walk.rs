@@ -12,6 +12,13 @@
 //! counts as walked already: its first visit in order fetches ahead.
 
 use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use shoal::store::ObjectMeta;
+
+use super::namespace::find_entry;
+use super::{DirEntry, Fs, Kind};
 
 /// Sequential-open detection for one directory listing.
 #[derive(Debug, Default)]
@@ -97,6 +104,135 @@ impl DirWalk {
         }
         self.fetched_until = to;
         from..to
+    }
+}
+
+impl Fs {
+    /// Notes a visit of `path` (a file opened, a directory opened) in its parent's
+    /// walk and fetches ahead what the walk runs to. Only a fresh listing of the
+    /// parent counts: a visit must not cost a listing. Returns whether the visit
+    /// was part of a walk.
+    pub(super) fn visit(self: &Arc<Self>, path: &str) -> bool {
+        if self.opts.prefetch_files == 0 {
+            return false;
+        }
+        let path = path.strip_suffix('/').unwrap_or(path);
+        if path.is_empty() {
+            return false;
+        }
+        let (dir, name) = match path.rfind('/') {
+            Some(i) => (&path[..=i], &path[i + 1..]),
+            None => ("", path),
+        };
+        let Some(parent) = self.inodes.by_path(dir) else {
+            return false;
+        };
+        let Some(entries) = self.fresh_listing(parent) else {
+            return false;
+        };
+        let Some(idx) = find_entry(&entries, name) else {
+            return false;
+        };
+        self.walk_step(parent, &entries, |w, len, max, budget, cost| {
+            w.opened(idx, len, max, budget, cost)
+        })
+    }
+
+    /// Directory `ino` was entered from a walk in its parent: its first open in
+    /// listing order continues the walk.
+    pub(super) fn enter(&self, ino: u64) {
+        if self.opts.prefetch_files > 0 {
+            self.with_walk(ino, |w| w.entered(self.opts.prefetch_files));
+        }
+    }
+
+    /// Runs `f` on the walk over directory `dir`. Walks of directories nobody
+    /// visits any more are dropped wholesale past a bound: losing one only
+    /// restarts its detection.
+    fn with_walk<T>(&self, dir: u64, f: impl FnOnce(&mut DirWalk) -> T) -> T {
+        let mut walks = self.walks.lock().unwrap();
+        if walks.len() > 4096 && !walks.contains_key(&dir) {
+            walks.clear();
+        }
+        f(walks.entry(dir).or_default())
+    }
+
+    /// Moves the walk over directory `dir` one step and fetches ahead the entries
+    /// it runs to: the first block of files, the listing of directories. Returns
+    /// whether the directory is being walked.
+    fn walk_step(
+        self: &Arc<Self>,
+        dir: u64,
+        entries: &[DirEntry],
+        step: impl FnOnce(&mut DirWalk, usize, usize, u64, &dyn Fn(usize) -> u64) -> Range<usize>,
+    ) -> bool {
+        let bs = self.reader.block_size();
+        let budget = self.reader.read_window() as u64 * bs;
+        let ttl = self.opts.metadata_ttl;
+        let (walking, files, dirs) = self.inodes.with(|t| {
+            // What an entry in the window holds once fetched: a file's first block;
+            // a listing is small.
+            let first_block = |i: usize| match entries[i].kind {
+                Kind::File if self.fetch_blocks => {
+                    t.by_ino.get(&entries[i].ino).map_or(0, |n| n.size.min(bs))
+                }
+                _ => 0,
+            };
+            let (walking, range) = self.with_walk(dir, |w| {
+                let range = step(
+                    w,
+                    entries.len(),
+                    self.opts.prefetch_files,
+                    budget,
+                    &first_block,
+                );
+                (w.walking(), range)
+            });
+            let mut files: Vec<(String, ObjectMeta)> = Vec::new();
+            let mut dirs: Vec<u64> = Vec::new();
+            for e in &entries[range] {
+                match e.kind {
+                    Kind::Dir => dirs.push(e.ino),
+                    Kind::File if self.fetch_blocks => {
+                        let Some(n) = t.by_ino.get(&e.ino) else {
+                            continue;
+                        };
+                        if let Some(meta) = n.fresh_meta(ttl).filter(|m| m.size > 0) {
+                            files.push((self.full_key(&n.path), meta));
+                        }
+                    }
+                    Kind::File => {}
+                }
+            }
+            (walking, files, dirs)
+        });
+        for ino in dirs {
+            if self.fresh_listing(ino).is_some() {
+                continue;
+            }
+            self.stats.prefetched_listings.fetch_add(1, Relaxed);
+            let me = self.clone();
+            tokio::spawn(async move {
+                // The walker's own listing of it joins this one.
+                let _ = me.readdir(ino).await;
+            });
+        }
+        if !files.is_empty() {
+            self.stats
+                .prefetched_files
+                .fetch_add(files.len() as u64, Relaxed);
+            let (reader, bucket) = (self.reader.clone(), self.opts.bucket.clone());
+            tokio::spawn(async move {
+                for (key, meta) in files {
+                    // Opening with a known version asks nobody; the block fetch is
+                    // spawned, so the files are fetched side by side.
+                    if let Ok(h) = reader.open(&bucket, &key, Some(meta)).await {
+                        h.prefetch(0, 1);
+                    }
+                }
+            });
+        }
+        walking
     }
 }
 

@@ -1,0 +1,202 @@
+//! GET and HEAD of objects: which version and which bytes a request asks for, then
+//! the node's read path.
+
+use futures_util::TryStreamExt;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+use shoal::store::{unquote_etag, ObjectMeta};
+
+use super::error::{check_key, node_error, not_cached};
+use super::NodeApi;
+use crate::node::Via;
+
+/// The hop count a request carries (`x-shoal-hop`), counted when present.
+pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
+    let Some(v) = headers.get(shoal::node_proto::HOP_HEADER) else {
+        return Ok(Via::default());
+    };
+    let hop = v
+        .to_str()
+        .ok()
+        .and_then(shoal::node_proto::parse_hop)
+        .ok_or_else(|| s3_error!(InvalidArgument, "x-shoal-hop must be a small number"))?;
+    api.node.metrics.hop_requests.inc();
+    Ok(Via { hop })
+}
+
+pub fn condition_etag(c: &ETagCondition) -> Option<String> {
+    match c {
+        ETagCondition::Any => None,
+        ETagCondition::ETag(t) => Some(unquote_etag(t.value()).to_owned()),
+    }
+}
+
+/// The bytes `range` asks of an object of `size` bytes, and its `Content-Range`.
+/// A range that selects nothing (any range of an empty object) is unsatisfiable.
+pub fn byte_span(range: &Range, size: u64) -> S3Result<(u64, u64, String)> {
+    match range.check(size) {
+        Ok(span) if span.start < span.end => {
+            let cr = format!("bytes {}-{}/{size}", span.start, span.end - 1);
+            Ok((span.start, span.end, cr))
+        }
+        _ => Err(s3_error!(
+            InvalidRange,
+            "The requested range is not satisfiable"
+        )),
+    }
+}
+
+/// What a GET or HEAD asks for beyond the key.
+struct Ask<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    range: Option<Range>,
+}
+
+struct Resolved {
+    meta: ObjectMeta,
+    start: u64,
+    end: u64,
+    content_range: Option<String>,
+}
+
+impl NodeApi {
+    async fn resolve(
+        &self,
+        bucket: &str,
+        key: &str,
+        ask: Ask<'_>,
+        get: bool,
+        via: Via,
+    ) -> S3Result<Resolved> {
+        let Ask {
+            if_match,
+            if_none_match,
+            range,
+        } = ask;
+        check_key(key)?;
+        let pinned = if_match.and_then(condition_etag);
+        let bs = self.node.policy(bucket, key).block_size;
+        // Where the read starts, when that is known without the object's size.
+        let start_block = match range {
+            None => Some(0),
+            Some(Range::Int { first, .. }) => Some(first / bs),
+            Some(Range::Suffix { .. }) => None,
+        };
+        let meta = match (&pinned, start_block) {
+            (Some(etag), Some(index)) if get => {
+                self.node
+                    .resolve_pinned(bucket, key, etag, index, via)
+                    .await
+            }
+            _ => {
+                self.node
+                    .resolve_for(bucket, key, pinned.as_deref(), via, get)
+                    .await
+            }
+        }
+        .map_err(node_error)?;
+        if let Some(c) = if_none_match {
+            if condition_etag(c).is_none_or(|e| e == meta.etag) {
+                return Err(s3_error!(NotModified));
+            }
+        }
+        let (start, end, content_range) = match range {
+            None => (0, meta.size, None),
+            Some(r) => {
+                let (start, end, cr) = byte_span(&r, meta.size)?;
+                (start, end, Some(cr))
+            }
+        };
+        Ok(Resolved {
+            meta,
+            start,
+            end,
+            content_range,
+        })
+    }
+}
+
+pub async fn get(
+    api: &NodeApi,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let cached_only = req
+        .headers
+        .contains_key(shoal::node_proto::CACHED_ONLY_HEADER);
+    let via = via(api, &req.headers)?;
+    let i = req.input;
+    check_key(&i.key)?;
+    let node = &api.node;
+    if !node.policy(&i.bucket, &i.key).cache {
+        if cached_only {
+            return Err(not_cached());
+        }
+        return super::passthrough::get(node, i).await;
+    }
+    if cached_only {
+        // Not even the version is known here: nothing can be cached.
+        let known = i
+            .if_match
+            .as_ref()
+            .and_then(condition_etag)
+            .and_then(|e| node.known(&i.bucket, &i.key, &e));
+        if known.is_none() {
+            return Err(not_cached());
+        }
+    }
+    let ask = Ask {
+        if_match: i.if_match.as_ref(),
+        if_none_match: i.if_none_match.as_ref(),
+        range: i.range,
+    };
+    let r = api.resolve(&i.bucket, &i.key, ask, true, via).await?;
+    if cached_only
+        && !node
+            .cached(&i.bucket, &i.key, &r.meta, r.start, r.end)
+            .await
+    {
+        return Err(not_cached());
+    }
+    let body = node
+        .read(&i.bucket, &i.key, &r.meta, r.start, r.end, via)
+        .await
+        .map_err(node_error)?;
+    Ok(S3Response::new(GetObjectOutput {
+        body: Some(StreamingBlob::wrap(body.map_err(std::io::Error::other))),
+        content_length: Some((r.end - r.start) as i64),
+        content_range: r.content_range,
+        e_tag: Some(ETag::Strong(r.meta.etag.clone())),
+        last_modified: r.meta.last_modified.map(Timestamp::from),
+        accept_ranges: Some("bytes".into()),
+        content_type: r.meta.content_type.clone(),
+        ..Default::default()
+    }))
+}
+
+pub async fn head(
+    api: &NodeApi,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let via = via(api, &req.headers)?;
+    let i = req.input;
+    check_key(&i.key)?;
+    if !api.node.policy(&i.bucket, &i.key).cache {
+        return super::passthrough::head(&api.node, i).await;
+    }
+    let ask = Ask {
+        if_match: i.if_match.as_ref(),
+        if_none_match: i.if_none_match.as_ref(),
+        range: i.range,
+    };
+    let r = api.resolve(&i.bucket, &i.key, ask, false, via).await?;
+    Ok(S3Response::new(HeadObjectOutput {
+        content_length: Some((r.end - r.start) as i64),
+        content_range: r.content_range,
+        e_tag: Some(ETag::Strong(r.meta.etag.clone())),
+        last_modified: r.meta.last_modified.map(Timestamp::from),
+        accept_ranges: Some("bytes".into()),
+        content_type: r.meta.content_type.clone(),
+        ..Default::default()
+    }))
+}

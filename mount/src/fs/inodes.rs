@@ -1,0 +1,179 @@
+//! The inode table: a stable number per path for the life of the mount, with what
+//! is known of each file's version.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use shoal::store::ObjectMeta;
+
+use super::{Attr, FsError, FsOptions, Kind, ROOT};
+
+pub(super) struct Inode {
+    /// Path under the prefix: `""` for the root, `a/b/` for a directory, `a/b` for a file.
+    pub path: String,
+    pub kind: Kind,
+    pub size: u64,
+    pub etag: String,
+    pub mtime: SystemTime,
+    /// When size/ETag were last learned from the origin.
+    pub fetched: Instant,
+    /// The version whose bytes the kernel page cache may hold for this inode. The
+    /// page cache is per inode, not per handle: a handle pinned to another version
+    /// reads around it (direct I/O).
+    pub page_version: Option<String>,
+}
+
+impl Inode {
+    /// What is known of a file's version, if it is fresh enough to pin.
+    pub fn fresh_meta(&self, ttl: Duration) -> Option<ObjectMeta> {
+        (self.fetched.elapsed() < ttl && !self.etag.is_empty()).then(|| ObjectMeta {
+            size: self.size,
+            etag: self.etag.clone(),
+            last_modified: Some(self.mtime),
+            content_type: None,
+        })
+    }
+}
+
+pub(super) struct Table {
+    pub by_ino: HashMap<u64, Inode>,
+    pub by_path: HashMap<String, u64>,
+    next: u64,
+}
+
+pub(super) struct Inodes {
+    table: Mutex<Table>,
+    /// Implicit directories have no time of their own: the mount's.
+    mounted_at: SystemTime,
+}
+
+impl Inodes {
+    pub fn new(mounted_at: SystemTime) -> Inodes {
+        let root = Inode {
+            path: String::new(),
+            kind: Kind::Dir,
+            size: 0,
+            etag: String::new(),
+            mtime: mounted_at,
+            fetched: Instant::now(),
+            page_version: None,
+        };
+        Inodes {
+            table: Mutex::new(Table {
+                by_ino: HashMap::from([(ROOT, root)]),
+                by_path: HashMap::from([(String::new(), ROOT)]),
+                next: ROOT + 1,
+            }),
+            mounted_at,
+        }
+    }
+
+    /// Runs `f` on the table, under its lock.
+    pub fn with<T>(&self, f: impl FnOnce(&Table) -> T) -> T {
+        f(&self.table.lock().unwrap())
+    }
+
+    /// The inode for `path`, created on first sight; updates file attributes.
+    pub fn intern(
+        &self,
+        path: &str,
+        kind: Kind,
+        meta: Option<(u64, &str, Option<SystemTime>)>,
+    ) -> u64 {
+        let mut t = self.table.lock().unwrap();
+        let ino = match t.by_path.get(path) {
+            Some(i) => *i,
+            None => {
+                let ino = t.next;
+                t.next += 1;
+                t.by_path.insert(path.to_owned(), ino);
+                t.by_ino.insert(
+                    ino,
+                    Inode {
+                        path: path.to_owned(),
+                        kind,
+                        size: 0,
+                        etag: String::new(),
+                        mtime: self.mounted_at,
+                        fetched: Instant::now(),
+                        page_version: None,
+                    },
+                );
+                ino
+            }
+        };
+        if let (Some((size, etag, mtime)), Some(node)) = (meta, t.by_ino.get_mut(&ino)) {
+            node.size = size;
+            node.etag = etag.to_owned();
+            node.mtime = mtime.unwrap_or(SystemTime::UNIX_EPOCH);
+            node.fetched = Instant::now();
+        }
+        ino
+    }
+
+    pub fn path(&self, ino: u64) -> Result<(String, Kind), FsError> {
+        let t = self.table.lock().unwrap();
+        let n = t.by_ino.get(&ino).ok_or(FsError::NotFound)?;
+        Ok((n.path.clone(), n.kind))
+    }
+
+    pub fn by_path(&self, path: &str) -> Option<u64> {
+        self.table.lock().unwrap().by_path.get(path).copied()
+    }
+
+    pub fn attr(&self, ino: u64, o: &FsOptions) -> Result<Attr, FsError> {
+        let t = self.table.lock().unwrap();
+        let n = t.by_ino.get(&ino).ok_or(FsError::NotFound)?;
+        Ok(Attr {
+            ino,
+            kind: n.kind,
+            size: n.size,
+            mtime: n.mtime,
+            perm: match n.kind {
+                Kind::File => o.file_mode,
+                Kind::Dir => o.dir_mode,
+            },
+            uid: o.uid,
+            gid: o.gid,
+        })
+    }
+
+    /// The path of file `ino` if its attributes are older than `ttl`.
+    pub fn stale_file(&self, ino: u64, ttl: Duration) -> Result<Option<String>, FsError> {
+        let t = self.table.lock().unwrap();
+        let n = t.by_ino.get(&ino).ok_or(FsError::NotFound)?;
+        Ok((n.kind == Kind::File && n.fetched.elapsed() >= ttl).then(|| n.path.clone()))
+    }
+
+    pub fn fresh_meta(&self, ino: u64, ttl: Duration) -> Option<ObjectMeta> {
+        self.table.lock().unwrap().by_ino.get(&ino)?.fresh_meta(ttl)
+    }
+
+    /// Drops what is known of a file's version so the next open asks the origin.
+    pub fn forget_version(&self, ino: u64) {
+        if let Some(n) = self.table.lock().unwrap().by_ino.get_mut(&ino) {
+            n.etag.clear();
+        }
+    }
+
+    /// How a new handle on version `etag` of `ino` reads: `(keep_cache, direct_io)`.
+    ///
+    /// The first version opened owns the inode's page cache for the life of the
+    /// mount; any other version reads with direct I/O. Switching the cache to a
+    /// new version (kernel invalidation once no handle uses it) still let a rare
+    /// read mix versions under concurrent rewrites, so it is not done: a rewritten
+    /// file gives up the page cache, never consistency.
+    pub fn page_cache_mode(&self, ino: u64, etag: &str) -> (bool, bool) {
+        let mut t = self.table.lock().unwrap();
+        let n = t.by_ino.get_mut(&ino).expect("inodes are never removed");
+        match n.page_version.as_deref() {
+            Some(v) if v == etag => (true, false),
+            Some(_) => (false, true),
+            None => {
+                n.page_version = Some(etag.to_owned());
+                (false, false)
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Directories and names: listings (cached for `metadata_ttl`, one in flight per
+//! directory however many ask), lookups, attributes, and the negative cache.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use shoal::store::{GetObject, ListRequest, ObjectMeta, StoreError};
+
+use super::{names, Attr, DirEntry, Fs, FsError, Kind};
+
+pub(super) struct Listing {
+    pub entries: Arc<Vec<DirEntry>>,
+    pub fetched: Instant,
+}
+
+/// The index of `name` in a listing: listings are sorted by name (see `list_dir`).
+pub(super) fn find_entry(entries: &[DirEntry], name: &str) -> Option<usize> {
+    entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok()
+}
+
+impl Fs {
+    pub fn getattr_cached(&self, ino: u64) -> Result<Attr, FsError> {
+        self.inodes.attr(ino, &self.opts)
+    }
+
+    /// Attributes, refreshed from the origin when older than `metadata_ttl`.
+    pub async fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        if let Some(path) = self.inodes.stale_file(ino, self.opts.metadata_ttl)? {
+            self.refresh_file(&path).await?;
+        }
+        self.getattr_cached(ino)
+    }
+
+    pub(super) async fn refresh_file(&self, path: &str) -> Result<ObjectMeta, FsError> {
+        let meta = self
+            .origin
+            .head(&GetObject::new(&self.opts.bucket, self.full_key(path)))
+            .await?;
+        self.inodes.intern(
+            path,
+            Kind::File,
+            Some((meta.size, &meta.etag, meta.last_modified)),
+        );
+        Ok(meta)
+    }
+
+    /// The entries of directory `ino`, from the cache or a fresh listing.
+    pub async fn readdir(self: &Arc<Self>, ino: u64) -> Result<Arc<Vec<DirEntry>>, FsError> {
+        if let Some(entries) = self.fresh_listing(ino) {
+            return Ok(entries);
+        }
+        let (path, kind) = self.inodes.path(ino)?;
+        if kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        let me = self.clone();
+        let (r, _) = self
+            .listing_flights
+            .run(ino, async move {
+                // A flight that ended since the check above left its listing here.
+                if let Some(entries) = me.fresh_listing(ino) {
+                    return Ok(entries);
+                }
+                let entries = Arc::new(me.list_dir(&path).await?);
+                me.dirs.lock().unwrap().insert(
+                    ino,
+                    Listing {
+                        entries: entries.clone(),
+                        fetched: Instant::now(),
+                    },
+                );
+                Ok(entries)
+            })
+            .await;
+        r.map_err(FsError::from)
+    }
+
+    pub(super) fn fresh_listing(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
+        self.dirs
+            .lock()
+            .unwrap()
+            .get(&ino)
+            .and_then(|l| (l.fetched.elapsed() < self.opts.metadata_ttl).then(|| l.entries.clone()))
+    }
+
+    /// Drops every cached listing (an object changed under one of them).
+    pub(super) fn forget_listings(&self) {
+        self.dirs.lock().unwrap().clear();
+    }
+
+    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        let dir_key = self.full_key(path);
+        let mut req = ListRequest {
+            bucket: self.opts.bucket.clone(),
+            prefix: dir_key.clone(),
+            delimiter: Some("/".into()),
+            ..Default::default()
+        };
+        let mut by_name: BTreeMap<String, DirEntry> = BTreeMap::new();
+        loop {
+            let page = self.origin.list_page(&req).await?;
+            self.stats.listings.fetch_add(1, Relaxed);
+            for cp in &page.common_prefixes {
+                let name = cp[dir_key.len()..].trim_end_matches('/');
+                if let Some(why) = names::problem(name) {
+                    self.skip(cp, why);
+                    continue;
+                }
+                let ino = self
+                    .inodes
+                    .intern(&format!("{path}{name}/"), Kind::Dir, None);
+                let entry = DirEntry {
+                    name: name.to_owned(),
+                    ino,
+                    kind: Kind::Dir,
+                };
+                by_name.insert(name.to_owned(), entry);
+            }
+            for o in &page.objects {
+                let name = &o.key[dir_key.len()..];
+                if name.is_empty() {
+                    // The directory's own `dir/` marker object.
+                    continue;
+                }
+                if let Some(why) = names::problem(name) {
+                    self.skip(&o.key, why);
+                    continue;
+                }
+                if by_name.get(name).is_some_and(|e| e.kind == Kind::Dir) {
+                    tracing::info!(key = %o.key, "key is both a file and a directory prefix; showing the directory");
+                    continue;
+                }
+                let ino = self.inodes.intern(
+                    &format!("{path}{name}"),
+                    Kind::File,
+                    Some((o.size, &o.etag, o.last_modified)),
+                );
+                let entry = DirEntry {
+                    name: name.to_owned(),
+                    ino,
+                    kind: Kind::File,
+                };
+                by_name.insert(name.to_owned(), entry);
+            }
+            match page.next_continuation_token {
+                Some(t) => req.continuation_token = Some(t),
+                None => break,
+            }
+        }
+        // A file listed before its same-named directory appeared on a later page.
+        Ok(by_name.into_values().collect())
+    }
+
+    fn skip(&self, key: &str, why: &str) {
+        let n = self.stats.skipped_names.fetch_add(1, Relaxed);
+        if n < 100 || n.is_power_of_two() {
+            tracing::warn!(
+                key,
+                "key skipped: not a valid file name ({why}); {} skipped so far",
+                n + 1
+            );
+        }
+    }
+
+    /// The child `name` of directory `parent`.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr, FsError> {
+        if names::problem(name).is_some() {
+            return Err(FsError::NotFound);
+        }
+        let (ppath, pkind) = self.inodes.path(parent)?;
+        if pkind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        // A fresh listing of the parent answers without asking the origin.
+        let cached = self
+            .fresh_listing(parent)
+            .map(|entries| find_entry(&entries, name).map(|i| entries[i].ino));
+        match cached {
+            Some(Some(ino)) => return self.getattr_cached(ino),
+            Some(None) => return Err(FsError::NotFound),
+            None => {}
+        }
+        let neg_key = (parent, name.to_owned());
+        if let Some(at) = self.negative.lock().unwrap().get(&neg_key) {
+            if at.elapsed() < self.opts.negative_ttl {
+                return Err(FsError::NotFound);
+            }
+        }
+        // A directory wins over a file of the same name.
+        let dir_path = format!("{ppath}{name}/");
+        let file_path = format!("{ppath}{name}");
+        let probe = ListRequest {
+            bucket: self.opts.bucket.clone(),
+            prefix: self.full_key(&dir_path),
+            max_keys: Some(1),
+            ..Default::default()
+        };
+        let head = GetObject::new(&self.opts.bucket, self.full_key(&file_path));
+        let (dir, file) = tokio::join!(self.origin.list_page(&probe), self.origin.head(&head));
+        let dir = dir?;
+        if !dir.objects.is_empty() || !dir.common_prefixes.is_empty() {
+            let ino = self.inodes.intern(&dir_path, Kind::Dir, None);
+            return self.getattr_cached(ino);
+        }
+        match file {
+            Ok(meta) => {
+                let ino = self.inodes.intern(
+                    &file_path,
+                    Kind::File,
+                    Some((meta.size, &meta.etag, meta.last_modified)),
+                );
+                self.getattr_cached(ino)
+            }
+            Err(StoreError::NoSuchKey { .. }) => {
+                let mut neg = self.negative.lock().unwrap();
+                if neg.len() > 100_000 {
+                    neg.clear();
+                }
+                neg.insert(neg_key, Instant::now());
+                Err(FsError::NotFound)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Blocks and the tiers that keep them, shared by the node and the mount.
+//!
+//! A block is identified by `(bucket, key, etag, block size, index)` ([`BlockKey`]):
+//! with the ETag in the key, a tier can never hand out bytes of another object
+//! version. [`ram`] and [`disk`] are the tiers, each a [`BlockCache`] that knows
+//! nothing of the others; [`flight`] makes concurrent misses share one fetch;
+//! [`tiers`] joins them into one pipeline (RAM, then disk, then one fetch, then
+//! fill) that the node and the cluster reader both use. [`NoCache`] switches a
+//! tier off without `Option` checks everywhere.
+
+pub mod disk;
+pub mod flight;
+mod key;
+pub mod ram;
+pub mod tiers;
+
+use bytes::Bytes;
+
+pub use disk::{decode_block, decode_header, encode_header, DecodeError, DiskStats, DiskTier};
+pub use flight::{FlightError, Flights, Joined};
+pub use key::BlockKey;
+pub use ram::RamTier;
+pub use tiers::{Served, Tiers};
+
+/// What a tier did since start, for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TierStats {
+    pub used_bytes: u64,
+    pub capacity_bytes: u64,
+    pub blocks: u64,
+    pub evictions: u64,
+}
+
+/// A bounded store of blocks.
+pub trait BlockCache: Send + Sync {
+    fn get(&self, key: &BlockKey) -> Option<Bytes>;
+    fn insert(&self, key: BlockKey, data: Bytes);
+    /// Drops every block of `bucket`/`key` (any ETag); returns how many.
+    fn remove_object(&self, bucket: &str, key: &str) -> u64;
+    /// Drops the blocks of `bucket`/`key` of every version but `etag`.
+    fn remove_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64;
+    /// Drops every block of keys starting with `prefix` in `bucket`; returns how many.
+    fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64;
+    fn stats(&self) -> TierStats;
+}
+
+/// A tier that holds nothing.
+pub struct NoCache;
+
+impl BlockCache for NoCache {
+    fn get(&self, _: &BlockKey) -> Option<Bytes> {
+        None
+    }
+    fn insert(&self, _: BlockKey, _: Bytes) {}
+    fn remove_object(&self, _: &str, _: &str) -> u64 {
+        0
+    }
+    fn remove_other_versions(&self, _: &str, _: &str, _: &str) -> u64 {
+        0
+    }
+    fn remove_prefix(&self, _: &str, _: &str) -> u64 {
+        0
+    }
+    fn stats(&self) -> TierStats {
+        TierStats::default()
+    }
+}

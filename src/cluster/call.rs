@@ -1,0 +1,142 @@
+//! One request to one node: the only way the reader talks to nodes.
+//!
+//! Each call is counted, held in flight against the node's load, and bounded by
+//! the cluster's first-byte and body-stall deadlines here (whatever the node's
+//! store does itself). What it meets is judged in one place: an answer resets the
+//! node's breaker, a node that cannot be reached or stays silent is marked down,
+//! one that answers with failures counts toward its breaker.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::metrics::{Fallback, NodeLabel};
+use super::reader::ClusterReader;
+use crate::node_proto;
+use crate::route::NodeHandle;
+use crate::store::{collect, stall_guard, Deadline, GetObject, ObjectMeta, StoreError};
+
+/// The fallback cause a failed node request stands for.
+pub(crate) fn cause_of(e: &StoreError) -> Fallback {
+    match e.cause() {
+        StoreError::Connect { .. }
+        | StoreError::Timeout {
+            deadline: Deadline::Connect,
+            ..
+        } => Fallback::Connect,
+        StoreError::Timeout {
+            deadline: Deadline::FirstByte,
+            ..
+        } => Fallback::FirstByte,
+        StoreError::Timeout {
+            deadline: Deadline::Stall,
+            ..
+        } => Fallback::Stall,
+        _ => Fallback::Error,
+    }
+}
+
+impl ClusterReader {
+    /// A GET of `req` from `node`, collected.
+    pub(crate) async fn node_get(
+        &self,
+        node: &NodeHandle,
+        req: &GetObject,
+    ) -> Result<(Bytes, ObjectMeta), StoreError> {
+        let store = self.nodes.store(node.id());
+        let timeouts = self.cluster.timeouts;
+        let _inflight = self.begin(node);
+        let t0 = Instant::now();
+        let r = async {
+            let mut resp = tokio::time::timeout(timeouts.first_byte, store.get_range(req))
+                .await
+                .map_err(|_| first_byte_timeout(node, timeouts.first_byte))??;
+            self.router.observe(node, t0.elapsed());
+            let meta = resp.meta.clone();
+            resp.body = stall_guard(resp.body, timeouts.stall, node.id().to_owned());
+            Ok((collect(resp).await?, meta))
+        }
+        .await;
+        self.judge(node, r.as_ref().err());
+        r
+    }
+
+    /// A HEAD of `req` from `node`.
+    pub(crate) async fn node_head(
+        &self,
+        node: &NodeHandle,
+        req: &GetObject,
+    ) -> Result<ObjectMeta, StoreError> {
+        let store = self.nodes.store(node.id());
+        let deadline = self.cluster.timeouts.first_byte;
+        let _inflight = self.begin(node);
+        let r = tokio::time::timeout(deadline, store.head(req))
+            .await
+            .unwrap_or_else(|_| Err(first_byte_timeout(node, deadline)));
+        self.judge(node, r.as_ref().err());
+        r
+    }
+
+    fn begin(&self, node: &NodeHandle) -> crate::route::state::InFlight {
+        self.metrics
+            .node_requests
+            .get_or_create(&NodeLabel {
+                node: node.id().to_owned(),
+            })
+            .inc();
+        self.router.begin(node)
+    }
+
+    /// What a call's outcome says about the node.
+    fn judge(&self, node: &NodeHandle, err: Option<&StoreError>) {
+        let Some(e) = err else {
+            return self.router.success(node);
+        };
+        if e.is_answer() {
+            return self.router.success(node);
+        }
+        // Not cached is an answer to a cached-only request, not a failure.
+        if node_proto::is_not_cached(e) {
+            return;
+        }
+        self.metrics
+            .node_failures
+            .get_or_create(&NodeLabel {
+                node: node.id().to_owned(),
+            })
+            .inc();
+        match cause_of(e) {
+            Fallback::Connect | Fallback::FirstByte => self.router.mark_down(node),
+            _ if matches!(
+                e.cause(),
+                StoreError::Server { .. }
+                    | StoreError::Throttled { .. }
+                    | StoreError::Protocol { .. }
+            ) =>
+            {
+                // It answers, but with failures: the breaker's business. A reset
+                // connection (a node restarting) is not counted.
+                self.router.failure(node)
+            }
+            _ => {}
+        }
+        self.log_failure(node, e);
+    }
+
+    /// Logs a node failure, at most one line per second: a dead node must not flood.
+    fn log_failure(&self, node: &NodeHandle, e: &StoreError) {
+        let now = self.started.elapsed().as_secs();
+        if self.last_log.swap(now, Relaxed) != now {
+            tracing::warn!(node = %node.id(), "block request failed, trying elsewhere: {e}");
+        }
+    }
+}
+
+fn first_byte_timeout(node: &NodeHandle, after: std::time::Duration) -> StoreError {
+    StoreError::Timeout {
+        endpoint: node.id().to_owned(),
+        deadline: Deadline::FirstByte,
+        after,
+    }
+}

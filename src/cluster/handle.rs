@@ -1,0 +1,138 @@
+//! [`Handle`]: one object version, open for reading.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{stream, Stream, StreamExt, TryStreamExt};
+
+use super::error::ReadError;
+use super::reader::ClusterReader;
+use crate::store::ObjectMeta;
+
+pub(crate) struct HandleInner {
+    pub reader: Arc<ClusterReader>,
+    pub bucket: Arc<str>,
+    pub key: Arc<str>,
+    pub meta: ObjectMeta,
+    /// Sent with every node request of this handle (0 = none).
+    pub hop: u32,
+    pub stale: AtomicBool,
+}
+
+/// One object version, open for reading. Cheap to clone.
+#[derive(Clone)]
+pub struct Handle(Arc<HandleInner>);
+
+impl Handle {
+    pub(crate) fn new(inner: HandleInner) -> Handle {
+        Handle(Arc::new(inner))
+    }
+
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.0.meta
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.0.bucket
+    }
+
+    pub fn key(&self) -> &str {
+        &self.0.key
+    }
+
+    /// The object changed since open: every later read fails.
+    pub fn is_stale(&self) -> bool {
+        self.0.stale.load(Relaxed)
+    }
+
+    fn stale_error(&self) -> ReadError {
+        ReadError::Stale {
+            bucket: self.0.bucket.to_string(),
+            key: self.0.key.to_string(),
+        }
+    }
+
+    async fn block(&self, index: u64) -> Result<Bytes, ReadError> {
+        if self.is_stale() {
+            return Err(self.stale_error());
+        }
+        let h = &self.0;
+        match h
+            .reader
+            .block(&h.bucket, &h.key, &h.meta, index, h.hop)
+            .await
+        {
+            Err(e @ ReadError::Stale { .. }) => {
+                if !h.stale.swap(true, Relaxed) {
+                    h.reader.metrics.stale.inc();
+                    h.reader.invalidate(&h.bucket, &h.key).await;
+                    tracing::warn!(bucket = %h.bucket, key = %h.key, "object changed while open: reads of this handle now fail");
+                }
+                Err(e)
+            }
+            r => r,
+        }
+    }
+
+    /// Bytes `start..end` (clamped to the object) as a stream of chunks, with up to
+    /// `read_window` blocks in flight, in order.
+    pub fn stream(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> impl Stream<Item = Result<Bytes, ReadError>> + Send + 'static {
+        let size = self.0.meta.size;
+        let end = end.min(size);
+        let bs = self.0.reader.block_size();
+        // Half-open block range; empty when there is nothing to read.
+        let blocks = if start < end {
+            start / bs..(end - 1) / bs + 1
+        } else {
+            0..0
+        };
+        let me = self.clone();
+        stream::iter(blocks)
+            .map(move |i| {
+                let me = me.clone();
+                async move {
+                    let b = me.block(i).await?;
+                    let off = i * bs;
+                    let lo = start.saturating_sub(off) as usize;
+                    let hi = ((end - off) as usize).min(b.len());
+                    Ok(b.slice(lo..hi))
+                }
+            })
+            .buffered(self.0.reader.read_window())
+    }
+
+    /// Bytes `start..start+len` (clamped to the object), collected.
+    pub async fn read(&self, start: u64, len: u64) -> Result<Bytes, ReadError> {
+        let end = start.saturating_add(len).min(self.0.meta.size);
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        let parts: Vec<Bytes> = self.stream(start, end).try_collect().await?;
+        if parts.len() == 1 {
+            return Ok(parts.into_iter().next().unwrap());
+        }
+        let mut out = bytes::BytesMut::with_capacity((end - start) as usize);
+        for p in parts {
+            out.extend_from_slice(&p);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Starts fetching blocks `first..first+count` into the RAM tier without waiting.
+    pub fn prefetch(&self, first: u64, count: u64) {
+        let bs = self.0.reader.block_size();
+        let last = self.0.meta.size.div_ceil(bs);
+        for i in first..(first + count).min(last) {
+            let me = self.clone();
+            self.0.reader.metrics.prefetched.inc();
+            tokio::spawn(async move {
+                let _ = me.block(i).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! S3's error answers (HTTP status, and the code and message of the XML body) as
+//! [`StoreError`]s: the one place they are mapped.
+
+use crate::store::StoreError;
+
+/// What a request was about, for error messages.
+pub(crate) struct ErrorContext<'a> {
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub range: Option<&'a str>,
+}
+
+/// Maps an error response. `code`/`message` come from the XML body when there is one
+/// (HEAD responses have none).
+pub(crate) fn from_response(
+    status: u16,
+    code: Option<String>,
+    message: Option<String>,
+    ctx: &ErrorContext<'_>,
+) -> StoreError {
+    let bucket = ctx.bucket.to_owned();
+    let key = ctx.key.to_owned();
+    let code_s = code.clone().unwrap_or_default();
+    let message = message.unwrap_or_else(|| default_message(status).to_owned());
+    match (status, code_s.as_str()) {
+        (_, "NoSuchBucket") => StoreError::NoSuchBucket { bucket },
+        (_, "NoSuchKey") => StoreError::NoSuchKey { bucket, key },
+        (404, _) if ctx.key.is_empty() => StoreError::NoSuchBucket { bucket },
+        (404, _) => StoreError::NoSuchKey { bucket, key },
+        (412, _) | (_, "PreconditionFailed") => StoreError::PreconditionFailed { bucket, key },
+        (304, _) => StoreError::NotModified { bucket, key },
+        (416, _) | (_, "InvalidRange") => StoreError::InvalidRange {
+            bucket,
+            key,
+            range: ctx.range.unwrap_or("the range").to_owned(),
+        },
+        (403, _) => StoreError::AccessDenied {
+            message: if code_s.is_empty() || code_s == "AccessDenied" {
+                message
+            } else {
+                format!("{code_s}: {message}")
+            },
+        },
+        (429, _)
+        | (_, "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
+            StoreError::Throttled {
+                code: if code_s.is_empty() {
+                    "TooManyRequests".into()
+                } else {
+                    code_s
+                },
+                message,
+            }
+        }
+        (500..=599, _) => StoreError::Server {
+            status,
+            code: if code_s.is_empty() {
+                default_message(status).replace(' ', "")
+            } else {
+                code_s
+            },
+            message,
+        },
+        _ => StoreError::BadRequest {
+            status,
+            code: if code_s.is_empty() {
+                format!("Http{status}")
+            } else {
+                code_s
+            },
+            message,
+        },
+    }
+}
+
+fn default_message(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "no message",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> ErrorContext<'static> {
+        ErrorContext {
+            bucket: "b",
+            key: "k",
+            range: Some("bytes=10-20"),
+        }
+    }
+
+    #[test]
+    fn maps_codes() {
+        let e = from_response(404, Some("NoSuchKey".into()), None, &ctx());
+        assert_eq!(
+            e,
+            StoreError::NoSuchKey {
+                bucket: "b".into(),
+                key: "k".into()
+            }
+        );
+        assert!(e.is_answer() && !e.is_retryable());
+        let e = from_response(
+            503,
+            Some("SlowDown".into()),
+            Some("Please reduce".into()),
+            &ctx(),
+        );
+        assert!(matches!(e, StoreError::Throttled { .. }) && e.is_retryable());
+        assert!(matches!(&e, StoreError::Throttled { code, .. } if code == "SlowDown"));
+        let e = from_response(
+            403,
+            Some("SignatureDoesNotMatch".into()),
+            Some("bad sig".into()),
+            &ctx(),
+        );
+        assert_eq!(
+            e.to_string(),
+            "AccessDenied: SignatureDoesNotMatch: bad sig"
+        );
+        let e = from_response(416, None, None, &ctx());
+        assert!(e.to_string().contains("bytes=10-20"));
+        let e = from_response(500, None, None, &ctx());
+        assert!(matches!(e, StoreError::Server { status: 500, .. }));
+        let wrapped = StoreError::Exhausted {
+            attempts: 3,
+            last: Box::new(e.clone()),
+        };
+        assert_eq!(wrapped.cause(), &e);
+        assert!(wrapped.to_string().contains("after 3 attempts"));
+    }
+}

@@ -1,0 +1,144 @@
+//! GET and HEAD of objects, and presigned GET URLs.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, Method};
+
+use super::call::{body_stream, Call};
+use super::S3Client;
+use crate::store::{unquote_etag, GetObject, GetResponse, ObjectMeta, StoreError};
+
+impl S3Client {
+    /// `HEAD` of an object: its size and ETag.
+    pub async fn head_object(&self, req: &GetObject) -> Result<ObjectMeta, StoreError> {
+        let call = self.object_call(Method::HEAD, req)?;
+        let resp = self.execute(call).await?;
+        self.meta_from_headers(resp.headers()).map(|(m, _, _)| m)
+    }
+
+    /// `GET` of an object or a range of it, streamed.
+    pub async fn get_object(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
+        let call = self.object_call(Method::GET, req)?;
+        let resp = self.execute(call).await?;
+        let (meta, start, end) = self.meta_from_headers(resp.headers())?;
+        let body = body_stream(
+            resp,
+            self.inner.opts.timeouts.stall,
+            self.inner.label.clone(),
+        );
+        Ok(GetResponse {
+            meta,
+            start,
+            end,
+            body,
+        })
+    }
+
+    /// A presigned GET URL for `bucket/key`, valid for `expires`.
+    pub fn presign_get(
+        &self,
+        bucket: &str,
+        key: &str,
+        expires: Duration,
+    ) -> Result<String, StoreError> {
+        self.check_key(key)?;
+        let (url, host) = self.url(bucket, key, "");
+        let signer = self
+            .inner
+            .signer
+            .as_ref()
+            .ok_or_else(|| StoreError::AccessDenied {
+                message: "cannot presign without credentials".into(),
+            })?;
+        signer
+            .presign("GET", &url, &[("host", &host)], expires, SystemTime::now())
+            .map_err(|m| self.protocol(m))
+    }
+
+    fn object_call<'a>(&self, method: Method, req: &'a GetObject) -> Result<Call<'a>, StoreError> {
+        self.check_key(&req.key)?;
+        let mut call = Call::new(method, &req.bucket, &req.key);
+        if let Some(e) = &req.if_match {
+            call.signed
+                .push(("if-match", format!("\"{}\"", unquote_etag(e))));
+        }
+        if let Some(e) = &req.if_none_match {
+            call.signed
+                .push(("if-none-match", format!("\"{}\"", unquote_etag(e))));
+        }
+        call.unsigned.extend(req.headers.iter().cloned());
+        call.range = req.range.map(|r| r.header());
+        if let Some(r) = &call.range {
+            if self.inner.opts.sign_range {
+                call.signed.push(("range", r.clone()));
+            } else {
+                call.unsigned.push(("range", r.clone()));
+            }
+        }
+        Ok(call)
+    }
+
+    /// Size, ETag and the carried range from GET/HEAD response headers.
+    fn meta_from_headers(&self, h: &HeaderMap) -> Result<(ObjectMeta, u64, u64), StoreError> {
+        let get = |n: http::HeaderName| h.get(n).and_then(|v| v.to_str().ok());
+        let len: u64 = get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| self.protocol("response has no Content-Length".into()))?;
+        let (start, end, size) = match get(http::header::CONTENT_RANGE) {
+            Some(cr) => parse_content_range(cr)
+                .ok_or_else(|| self.protocol(format!("bad Content-Range {cr:?}")))?,
+            None => (0, len, len),
+        };
+        if end - start != len {
+            return Err(self.protocol(format!(
+                "Content-Length {len} does not match Content-Range {start}..{end}"
+            )));
+        }
+        let etag = get(http::header::ETAG)
+            .map(|v| unquote_etag(v).to_owned())
+            .ok_or_else(|| self.protocol("response has no ETag".into()))?;
+        Ok((
+            ObjectMeta {
+                size,
+                etag,
+                last_modified: get(http::header::LAST_MODIFIED)
+                    .and_then(|v| httpdate::parse_http_date(v).ok()),
+                content_type: get(http::header::CONTENT_TYPE).map(str::to_owned),
+            },
+            start,
+            end,
+        ))
+    }
+}
+
+/// The unquoted `ETag` of an answer (empty if it has none).
+pub(super) fn etag_header(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get(http::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| unquote_etag(v).to_owned())
+        .unwrap_or_default()
+}
+
+/// `bytes a-b/total` as `(a, b + 1, total)`.
+pub fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b, total): (u64, u64, u64) = (a.parse().ok()?, b.parse().ok()?, total.parse().ok()?);
+    (a <= b && b < total).then_some((a, b + 1, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range() {
+        assert_eq!(parse_content_range("bytes 0-9/100"), Some((0, 10, 100)));
+        assert_eq!(parse_content_range("bytes 99-99/100"), Some((99, 100, 100)));
+        assert_eq!(parse_content_range("bytes 5-4/100"), None);
+        assert_eq!(parse_content_range("bytes 0-100/100"), None);
+        assert_eq!(parse_content_range("bytes */100"), None);
+    }
+}

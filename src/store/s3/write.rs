@@ -1,0 +1,122 @@
+//! Writes, for a gateway that forwards them: PUT, multipart uploads, DELETE.
+
+use bytes::Bytes;
+use http::Method;
+
+use super::call::Call;
+use super::errors::{from_response, ErrorContext};
+use super::object::etag_header;
+use super::{encode, xml, S3Client};
+use crate::store::{unquote_etag, StoreError};
+
+impl S3Client {
+    /// A single-request `PUT`; returns the new ETag.
+    pub async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Bytes,
+    ) -> Result<String, StoreError> {
+        self.check_key(key)?;
+        // A PUT of the same bytes is idempotent: retried.
+        let resp = self
+            .execute(Call::new(Method::PUT, bucket, key).body(body))
+            .await?;
+        Ok(etag_header(&resp))
+    }
+
+    /// Starts a multipart upload; returns its upload id.
+    pub async fn create_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<String, StoreError> {
+        self.check_key(key)?;
+        let call = Call::new(Method::POST, bucket, key)
+            .query("uploads=".into())
+            .once();
+        let body = self.small(call).await?;
+        xml::parse_as::<xml::InitiateMultipartUploadResult>(&body)
+            .map(|r| r.upload_id)
+            .map_err(|m| self.protocol(m))
+    }
+
+    /// Uploads part `number` of an upload; returns the part's ETag.
+    pub async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        body: Bytes,
+    ) -> Result<String, StoreError> {
+        self.check_key(key)?;
+        // The same part again replaces it: idempotent.
+        let call = Call::new(Method::PUT, bucket, key)
+            .query(format!(
+                "partNumber={number}&uploadId={}",
+                encode::query_value(upload_id)
+            ))
+            .body(body);
+        let resp = self.execute(call).await?;
+        Ok(etag_header(&resp))
+    }
+
+    /// Completes an upload from its parts (number, ETag), ascending; returns the
+    /// object's ETag.
+    pub async fn complete_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, String)],
+    ) -> Result<String, StoreError> {
+        self.check_key(key)?;
+        let mut xml_body = String::from("<CompleteMultipartUpload>");
+        for (n, etag) in parts {
+            xml_body.push_str(&format!(
+                "<Part><PartNumber>{n}</PartNumber><ETag>\"{}\"</ETag></Part>",
+                quick_xml::escape::escape(unquote_etag(etag))
+            ));
+        }
+        xml_body.push_str("</CompleteMultipartUpload>");
+        let call = Call::new(Method::POST, bucket, key)
+            .query(format!("uploadId={}", encode::query_value(upload_id)))
+            .body(Bytes::from(xml_body))
+            .once();
+        let body = self.small(call).await?;
+        // S3 may answer 200 and still fail the completion in the body.
+        if let Ok(e) = xml::parse_as::<xml::ErrorBody>(&body) {
+            if let Some(code) = e.code {
+                let ctx = ErrorContext {
+                    bucket,
+                    key,
+                    range: None,
+                };
+                return Err(from_response(500, Some(code), e.message, &ctx));
+            }
+        }
+        xml::parse_as::<xml::CompleteMultipartUploadResult>(&body)
+            .map(|r| unquote_etag(&r.etag).to_owned())
+            .map_err(|m| self.protocol(m))
+    }
+
+    pub async fn abort_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), StoreError> {
+        self.check_key(key)?;
+        let call = Call::new(Method::DELETE, bucket, key)
+            .query(format!("uploadId={}", encode::query_value(upload_id)));
+        self.small(call).await.map(drop)
+    }
+
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), StoreError> {
+        self.check_key(key)?;
+        self.execute(Call::new(Method::DELETE, bucket, key))
+            .await
+            .map(drop)
+    }
+}

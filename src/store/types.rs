@@ -1,0 +1,173 @@
+//! What goes into and comes out of an [`super::ObjectStore`].
+
+use std::pin::Pin;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures_util::Stream;
+
+use super::StoreError;
+
+/// A body as it arrives.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, StoreError>> + Send>>;
+
+/// A `Range` header value: `bytes=a-b`, `bytes=a-`, or `bytes=-n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ByteRange {
+    /// Inclusive `first..=last`; `last = None` reads to the end.
+    From { first: u64, last: Option<u64> },
+    /// The last `n` bytes.
+    Suffix(u64),
+}
+
+impl ByteRange {
+    /// The half-open byte range `start..end`.
+    pub fn span(start: u64, end: u64) -> ByteRange {
+        assert!(end > start, "empty range {start}..{end}");
+        ByteRange::From {
+            first: start,
+            last: Some(end - 1),
+        }
+    }
+
+    pub fn header(&self) -> String {
+        match self {
+            ByteRange::From {
+                first,
+                last: Some(l),
+            } => format!("bytes={first}-{l}"),
+            ByteRange::From { first, last: None } => format!("bytes={first}-"),
+            ByteRange::Suffix(n) => format!("bytes=-{n}"),
+        }
+    }
+
+    /// The half-open span this range selects of an object of `size` bytes, if any
+    /// (S3's rules: a last byte past the end is clamped, a first one is not).
+    pub fn resolve(&self, size: u64) -> Option<(u64, u64)> {
+        let (start, end) = match *self {
+            ByteRange::From { first, last } => {
+                let end = last.map_or(size, |l| l.saturating_add(1).min(size));
+                (first, end)
+            }
+            ByteRange::Suffix(n) => (size.saturating_sub(n), size),
+        };
+        (start < end).then_some((start, end))
+    }
+}
+
+/// What is known about one object version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Size of the whole object.
+    pub size: u64,
+    /// The ETag without quotes.
+    pub etag: String,
+    pub last_modified: Option<SystemTime>,
+    pub content_type: Option<String>,
+}
+
+/// A GET (or HEAD) of one object.
+#[derive(Clone, Debug, Default)]
+pub struct GetObject {
+    pub bucket: String,
+    pub key: String,
+    pub range: Option<ByteRange>,
+    pub if_match: Option<String>,
+    pub if_none_match: Option<String>,
+    /// Extra request headers, sent unsigned (a protocol on top of S3 adds its own,
+    /// see [`crate::node_proto`]).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl GetObject {
+    pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            bucket: bucket.into(),
+            key: key.into(),
+            ..Default::default()
+        }
+    }
+    pub fn range(mut self, r: ByteRange) -> Self {
+        self.range = Some(r);
+        self
+    }
+    pub fn if_match(mut self, etag: impl Into<String>) -> Self {
+        self.if_match = Some(etag.into());
+        self
+    }
+    /// The value of extra header `name`, if set.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    /// Sets extra header `name` (replacing an earlier value), or removes it.
+    pub fn set_header(&mut self, name: &'static str, value: Option<String>) {
+        self.headers.retain(|(n, _)| *n != name);
+        if let Some(v) = value {
+            self.headers.push((name, v));
+        }
+    }
+}
+
+/// A streamed GET answer.
+pub struct GetResponse {
+    pub meta: ObjectMeta,
+    /// The bytes of the object this body carries: `start..end`.
+    pub start: u64,
+    pub end: u64,
+    pub body: ByteStream,
+}
+
+/// One ListObjectsV2 request.
+#[derive(Clone, Debug, Default)]
+pub struct ListRequest {
+    pub bucket: String,
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub continuation_token: Option<String>,
+    pub start_after: Option<String>,
+    pub max_keys: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListEntry {
+    pub key: String,
+    pub size: u64,
+    /// Without quotes; empty if the server left it out.
+    pub etag: String,
+    pub last_modified: Option<SystemTime>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    pub objects: Vec<ListEntry>,
+    pub common_prefixes: Vec<String>,
+    pub next_continuation_token: Option<String>,
+}
+
+/// Strips the quotes (and a weak `W/`) from an ETag header value.
+pub fn unquote_etag(s: &str) -> &str {
+    let s = s.trim();
+    let s = s.strip_prefix("W/").unwrap_or(s);
+    s.strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_as_s3_does() {
+        let r = |first, last| ByteRange::From { first, last };
+        assert_eq!(r(0, Some(9)).resolve(100), Some((0, 10)));
+        assert_eq!(r(90, Some(200)).resolve(100), Some((90, 100)));
+        assert_eq!(r(100, None).resolve(100), None);
+        assert_eq!(ByteRange::Suffix(10).resolve(5), Some((0, 5)));
+        assert_eq!(ByteRange::Suffix(0).resolve(5), None);
+        assert_eq!(r(0, None).resolve(0), None);
+    }
+}

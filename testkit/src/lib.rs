@@ -1,0 +1,26 @@
+//! What every shoal test suite starts from: the real S3 origin in process, real
+//! `shoal-node` and `shoal-mount` processes, their configs, S3 clients, data, and
+//! the metrics they expose. Each crate's `tests/common` adds only what is its own
+//! (an in-process node, say).
+
+mod client;
+mod config;
+mod data;
+mod metrics;
+mod origin;
+mod procs;
+mod wait;
+
+pub use client::{client_options, node_s3_client};
+pub use config::{cluster_toml, mount_toml, node_toml, origin_toml, parse};
+pub use data::data;
+pub use metrics::{metric, metric_required, scrape};
+pub use origin::{origin, origin_client, BUCKET};
+pub use procs::{bin, free_addr, is_mounted, q, sh, sh_ok, signal, Mount, NodeProcess};
+pub use wait::{wait_for, wait_until};
+
+pub use shoal_testorigin::{FaultSettings, Origin, OriginOptions};
+
+/// The key pair test nodes accept (`[auth]`) and test readers sign with.
+pub const NODE_KEY: &str = "node-client";
+pub const NODE_SECRET: &str = "node-client-secret-0123";

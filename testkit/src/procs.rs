@@ -1,0 +1,226 @@
+//! Real processes: `shoal-node`, `shoal-mount`, shell commands.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The workspace binary `name` (`shoal-node`, `shoal-mount`, `shoal`), built beside
+/// the test (as `cargo test --workspace` does).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins` (cargo test --workspace does)",
+        p.display()
+    );
+    p
+}
+
+/// Sends `sig` (like "-STOP") to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// A `shoal-node` process; killed (resumed first, if paused) when dropped.
+pub struct NodeProcess {
+    pub child: Child,
+    /// `host:port` it listens on.
+    pub addr: String,
+}
+
+impl NodeProcess {
+    /// Starts `shoal-node --config config` and waits for its "listening on" line.
+    pub fn spawn(config: &Path) -> NodeProcess {
+        let mut child = Command::new(bin("shoal-node"))
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start shoal-node");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let _ = tx.send(rest.trim().to_owned());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("node did not start");
+        NodeProcess { child, addr }
+    }
+
+    /// Writes `toml` to `dir/name.toml` and starts a node with it.
+    pub fn start(dir: &Path, name: &str, toml: &str) -> NodeProcess {
+        let cfg = dir.join(format!("{name}.toml"));
+        std::fs::write(&cfg, toml).expect("write node config");
+        Self::spawn(&cfg)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn socket_addr(&self) -> std::net::SocketAddr {
+        self.addr.parse().expect("node address")
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `p` is a mount point now.
+pub fn is_mounted(p: &Path) -> bool {
+    Command::new("mountpoint")
+        .arg("-q")
+        .arg(p)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A foreground `shoal-mount` on a fresh directory; stopped and unmounted on drop.
+pub struct Mount {
+    pub dir: tempfile::TempDir,
+    pub mnt: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl Mount {
+    /// Mounts `source` with config `toml` and extra `args`, and waits until it is live.
+    pub fn start(toml: &str, source: &str, args: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mountpoint");
+        let cfg = dir.path().join("mount.toml");
+        std::fs::write(&cfg, toml).expect("write mount config");
+        let child = Command::new(bin("shoal-mount"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--foreground")
+            .args(args)
+            .arg(source)
+            .arg(&mnt)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start shoal-mount");
+        let mut m = Mount {
+            dir,
+            mnt,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !m.is_mounted() {
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("shoal-mount exited before mounting: {status}");
+            }
+            assert!(Instant::now() < deadline, "mount did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn is_mounted(&self) -> bool {
+        is_mounted(&self.mnt)
+    }
+
+    /// SIGTERM, then wait for the process to exit (up to `limit`).
+    pub fn stop(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        signal(child.id(), "-TERM");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("shoal-mount did not exit within {limit:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.stop(Duration::from_secs(10))
+            }));
+        }
+        if self.is_mounted() {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.mnt)
+                .status();
+        }
+    }
+}
+
+/// Runs a shell command off the async runtime (the origin serves on it meanwhile).
+pub async fn sh(cmd: &str) -> Output {
+    let cmd = cmd.to_owned();
+    tokio::task::spawn_blocking(move || {
+        Command::new("bash")
+            .arg("-c")
+            .arg(&cmd)
+            .output()
+            .expect("bash")
+    })
+    .await
+    .expect("shell task")
+}
+
+/// Like [`sh`], asserting success; returns stdout.
+pub async fn sh_ok(cmd: &str) -> String {
+    let out = sh(cmd).await;
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `p` quoted for a shell command line.
+pub fn q(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+/// A free loopback address (for a mount's `--metrics-addr`).
+pub fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    format!("127.0.0.1:{port}")
+}
