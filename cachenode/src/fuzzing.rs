@@ -75,8 +75,7 @@ pub fn config(data: &[u8]) {
         let _ = cfg.cluster();
         // A node's background tasks (fan-out, DNS refresh) need a runtime.
         let n = node();
-        let _ =
-            n.rt.block_on(async { crate::build(&cfg, &crate::Overrides::default()).map(drop) });
+        let _ = n.rt.block_on(async { crate::build(&cfg, None).map(drop) });
     }
 }
 
@@ -125,7 +124,7 @@ secret_access_key = "{NODE_SECRET}"
             .build()
             .expect("runtime");
         let app = rt
-            .block_on(async { crate::build(&cfg, &crate::Overrides::default()) })
+            .block_on(async { crate::build(&cfg, None) })
             .expect("fuzz node")
             .0;
         let open_toml = r#"[origin]
@@ -144,7 +143,7 @@ ttl = "1s"
 "#;
         let open_cfg = Config::parse(open_toml, "fuzz-open.toml", &NoEnv).expect("open config");
         let open = rt
-            .block_on(async { crate::build(&open_cfg, &crate::Overrides::default()) })
+            .block_on(async { crate::build(&open_cfg, None) })
             .expect("open fuzz node")
             .0;
         Fuzzed { rt, app, open }

@@ -17,7 +17,6 @@ pub mod rules;
 pub mod server;
 mod tls;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use shoal::config::{AuthConfig, Config};
@@ -25,26 +24,20 @@ use shoal::store::s3::S3Client;
 
 pub use server::{serve, App};
 
-/// Values given on the command line that override the file.
-#[derive(Default, Clone, Debug)]
-pub struct Overrides {
-    pub listen: Option<std::net::SocketAddr>,
-    pub data_dir: Option<PathBuf>,
-}
-
-/// Builds the node's app from a validated config. Must be called inside a tokio
-/// runtime: a node with a `[cluster]` starts background tasks (invalidation
-/// fan-out, DNS membership refresh).
+/// Builds the node's app from a validated config. `bound` is the address its
+/// listener is bound to, when known (else `node.listen`): it names the node's own
+/// entry in its cluster. Must be called inside a tokio runtime: a node with a
+/// `[cluster]` starts background tasks (invalidation fan-out, DNS membership
+/// refresh).
 pub fn build(
     cfg: &Config,
-    over: &Overrides,
+    bound: Option<std::net::SocketAddr>,
 ) -> Result<(Arc<App>, Option<tokio_rustls::TlsAcceptor>), String> {
     let origin_cfg = cfg.origin().map_err(|e| e.to_string())?;
     let node_cfg = cfg.node().map_err(|e| e.to_string())?;
     let auth = cfg.auth().map_err(|e| e.to_string())?;
     let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
-    let data_dir = over.data_dir.clone().or_else(|| cfg.cache.data_dir.clone());
-    let disk = match (data_dir, cfg.cache.disk_size) {
+    let disk = match (cfg.cache.data_dir.clone(), cfg.cache.disk_size) {
         (Some(dir), n) if n > 0 => Some((dir, n)),
         (Some(_), 0) => {
             tracing::warn!("cache.data_dir is set but cache.disk_size is 0: the disk tier is off");
@@ -71,7 +64,7 @@ pub fn build(
             },
         )
     });
-    let listen = over.listen.unwrap_or(node_cfg.listen);
+    let listen = bound.unwrap_or(node_cfg.listen);
     // This node's own entry in the cluster: as configured, or its listen address.
     let self_id = node_cfg
         .id

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use shoal::config::Config;
+use shoal::config::{Config, Overrides};
 
 /// An S3-compatible cache node: ranged GETs served from RAM, then local disk, then
 /// the origin bucket (one origin fetch per block however many ask).
@@ -42,7 +42,13 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cfg = match Config::load(&args.config) {
+    // Flags go into the config before it is checked, so they meet the file's rules.
+    let over = Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir.clone(),
+        ..Default::default()
+    };
+    let cfg = match Config::load_with(&args.config, &over) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("shoal-node: {e}");
@@ -50,7 +56,7 @@ fn main() -> ExitCode {
         }
     };
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match rt.block_on(run(cfg, args)) {
+    match rt.block_on(run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shoal-node: {e}");
@@ -59,14 +65,10 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cfg: Config, args: Args) -> Result<(), String> {
-    let over = shoal_node::Overrides {
-        listen: args.listen,
-        data_dir: args.data_dir,
-    };
+async fn run(cfg: Config) -> Result<(), String> {
     let node_cfg = cfg.node().map_err(|e| e.to_string())?.clone();
-    let (app, tls) = shoal_node::build(&cfg, &over)?;
-    let addr = over.listen.unwrap_or(node_cfg.listen);
+    let (app, tls) = shoal_node::build(&cfg, None)?;
+    let addr = node_cfg.listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

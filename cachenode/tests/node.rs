@@ -280,9 +280,7 @@ async fn auth_none_must_be_asked_for_and_then_serves_anyone() {
         &format!("[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\""),
         "",
     );
-    let err = shoal_node::build(&parse(&no_auth), &Default::default())
-        .err()
-        .unwrap();
+    let err = shoal_node::build(&parse(&no_auth), None).err().unwrap();
     assert!(
         err.contains("[auth]") && err.contains("mode = \"none\""),
         "{err}"

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal::cluster::{ClusterReader, ReaderOptions};
-use shoal::config::{ClusterConfig, Config};
+use shoal::config::Config;
 use shoal::store::s3::S3Client;
 use shoal::store::StoreError;
 
@@ -35,7 +35,6 @@ pub struct MountSpec {
     pub negative_ttl: Duration,
     pub prefetch_files: usize,
     pub cache_size: u64,
-    pub read_window: Option<usize>,
     pub metrics_addr: Option<SocketAddr>,
 }
 
@@ -124,11 +123,7 @@ pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
         .map_err(|e| format!("cannot start runtime: {e}"))?;
     let origin_cfg = spec.config.origin().map_err(|e| e.to_string())?;
     let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
-    let mut cluster = spec.config.cluster().cloned();
-    if let Some(w) = spec.read_window {
-        let c = cluster.get_or_insert_with(ClusterConfig::standalone);
-        c.read_window = w;
-    }
+    let cluster = spec.config.reader_cluster();
     let fs = rt.block_on(async {
         let reader = ClusterReader::new(
             origin.clone(),

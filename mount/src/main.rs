@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use shoal::config::units::{Dur, Size};
-use shoal::config::{Config, ProcessEnv};
+use shoal::config::{Config, Overrides, ProcessEnv};
 use shoal_mount::MountSpec;
 
 /// Mount BUCKET[/PREFIX] read-only at MOUNTPOINT; reads go through the shoal cache
@@ -51,7 +51,8 @@ struct Args {
     /// Client RAM tier for blocks, like "512MiB".
     #[arg(long, value_name = "SIZE")]
     cache_size: Option<String>,
-    /// Blocks in flight per sequential reader.
+    /// Cluster blocks in flight per sequential reader, 1 to 1024 (default: the
+    /// config's cluster.read_window, else 8).
     #[arg(long, value_name = "BLOCKS")]
     read_window: Option<usize>,
     /// Entries fetched ahead when a directory's entries are visited in listing
@@ -145,27 +146,32 @@ fn mode(s: &str, what: &str) -> Result<u16, String> {
 
 fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
     apply_o(&mut args)?;
-    let mut config = match &args.config {
-        Some(p) => Config::load(p).map_err(|e| e.to_string())?,
-        None => Config::empty(),
+    // Flags go into the config before it is checked, so they meet the file's bounds.
+    let over = Overrides {
+        ram_size: args
+            .cache_size
+            .as_deref()
+            .map(Size::parse)
+            .transpose()
+            .map_err(|e| format!("--cache-size: {e}"))?,
+        read_window: args.read_window,
+        metadata_ttl: args
+            .metadata_ttl
+            .as_deref()
+            .map(Dur::parse)
+            .transpose()
+            .map_err(|e| format!("--metadata-ttl: {e}"))?,
+        prefetch_files: args.prefetch_files,
+        endpoint: args.endpoint.clone(),
+        region: args.region.clone(),
+        origin_if_missing: true,
+        ..Default::default()
     };
-    if config.origin().is_err() {
-        let mut text = String::from("[origin]\n");
-        if let Some(e) = &args.endpoint {
-            text.push_str(&format!("endpoint = {e:?}\n"));
-        }
-        if let Some(r) = &args.region {
-            text.push_str(&format!("region = {r:?}\n"));
-        }
-        let origin_only =
-            Config::parse(&text, "command line", &ProcessEnv).map_err(|e| e.to_string())?;
-        config = Config::with_origin_of(config, &origin_only);
-    } else if args.endpoint.is_some() || args.region.is_some() {
-        return Err(format!(
-            "--endpoint and --region apply only without an [origin] section; {} has one",
-            config.file
-        ));
+    let config = match &args.config {
+        Some(p) => Config::load_with(p, &over),
+        None => Config::parse_with("", "<defaults>", &ProcessEnv, &over),
     }
+    .map_err(|e| e.to_string())?;
     let m = config.mount.clone();
     let source = args
         .source
@@ -178,17 +184,6 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
         .clone()
         .or(m.mountpoint.clone())
         .ok_or("no MOUNTPOINT given (argument, or mount.mountpoint in the config)")?;
-    let metadata_ttl = match &args.metadata_ttl {
-        Some(s) => Dur::parse(s).map_err(|e| format!("--metadata-ttl: {e}"))?.0,
-        None => m.metadata_ttl,
-    };
-    let cache_size = match &args.cache_size {
-        Some(s) => Size::parse(s).map_err(|e| format!("--cache-size: {e}"))?.0,
-        None => config.cache.ram_size,
-    };
-    if args.read_window == Some(0) {
-        return Err("--read-window must be at least 1".into());
-    }
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let spec = MountSpec {
@@ -206,17 +201,10 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
             Some(s) => mode(s, "dir-mode")?,
             None => m.dir_mode as u16,
         },
-        metadata_ttl,
+        metadata_ttl: m.metadata_ttl,
         negative_ttl: m.negative_ttl,
-        prefetch_files: match args.prefetch_files {
-            Some(n) if n > 4096 => {
-                return Err(format!("--prefetch-files {n} is out of range 0..=4096"))
-            }
-            Some(n) => n,
-            None => m.prefetch_files,
-        },
-        cache_size,
-        read_window: args.read_window,
+        prefetch_files: m.prefetch_files,
+        cache_size: config.cache.ram_size,
         metrics_addr: args.metrics_addr.or(config.metrics_listen),
         config,
     };

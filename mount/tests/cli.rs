@@ -52,7 +52,19 @@ async fn bad_use_is_refused_clearly() {
         ),
         (
             vec!["--config", c, "--prefetch-files", "5000", BUCKET, m],
-            "--prefetch-files 5000 is out of range",
+            "--prefetch-files: 5000 is out of range 0..=4096",
+        ),
+        (
+            vec!["--config", c, "--read-window", "2000", BUCKET, m],
+            "--read-window: 2000 is out of range 1..=1024",
+        ),
+        (
+            vec!["--config", c, "--read-window", "0", BUCKET, m],
+            "--read-window: 0 is out of range 1..=1024",
+        ),
+        (
+            vec!["--config", c, "-o", "read_window=5000", BUCKET, m],
+            "--read-window: 5000 is out of range",
         ),
         (
             vec!["--config", c, "-o", "prefetch_files=many", BUCKET, m],
@@ -249,4 +261,20 @@ fn unmount(mnt: &std::path::Path) {
         ok
     });
     assert!(unmounted, "{} still busy after 5 s", mnt.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kernel_reads_ahead_as_far_as_the_reader_does() {
+    let o = origin().await;
+    // A cluster of 2 MiB blocks (its node is down: reads come from the origin) and a
+    // read window from the command line.
+    let toml = mount_toml(
+        &o,
+        &[],
+        "[cluster]\nnodes = [\"127.0.0.1:1\"]\nblock_size = \"2MiB\"\nread_window = 8\n",
+    );
+    let m = Mount::start(&toml, BUCKET, &["--read-window", "3"]);
+    let dev = sh_ok(&format!("mountpoint -d {}", q(&m.mnt))).await;
+    let kb = sh_ok(&format!("cat /sys/class/bdi/{}/read_ahead_kb", dev.trim())).await;
+    assert_eq!(kb.trim(), "6144", "3 blocks of 2 MiB");
 }

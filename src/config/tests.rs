@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::*;
 
@@ -374,4 +375,77 @@ fn rules_are_checked() {
         "out of range",
     );
     refused("[node]\nmax_age = \"0s\"\n", "node.max_age", "");
+}
+
+#[test]
+fn flags_meet_the_bounds_of_the_keys_they_set() {
+    let with = |text: &str, over: &Overrides| Config::parse_with(text, "test.toml", &env(), over);
+    let wide = Overrides {
+        read_window: Some(2000),
+        ..Default::default()
+    };
+    // With a [cluster] and without one (a plain S3 mount), the flag's bounds are the
+    // key's, and the error names the flag.
+    for text in ["", "[cluster]\nnodes = [\"a:1\"]\n"] {
+        let e = with(text, &wide).unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.key.as_str()),
+            ("command line", "--read-window")
+        );
+        assert!(e.message.contains("out of range 1..=1024"), "{e}");
+        let zero = Overrides {
+            read_window: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(with(text, &zero).unwrap_err().key, "--read-window");
+    }
+    let four = Overrides {
+        read_window: Some(4),
+        ..Default::default()
+    };
+    assert_eq!(
+        with("", &four)
+            .unwrap()
+            .reader_cluster()
+            .unwrap()
+            .read_window,
+        4
+    );
+    assert!(parse("").unwrap().reader_cluster().is_none());
+    let c = with("[cluster]\nnodes = [\"a:1\"]\nread_window = 16\n", &four).unwrap();
+    assert_eq!(c.cluster().unwrap().read_window, 4);
+    // A flag can supply what the file needs: --data-dir for a disk tier.
+    let disk = "[cache]\ndisk_size = \"1GiB\"\n";
+    assert_eq!(parse(disk).unwrap_err().key, "cache.data_dir");
+    let dir = Overrides {
+        data_dir: Some("/var/cache/shoal".into()),
+        ..Default::default()
+    };
+    assert!(with(disk, &dir).unwrap().cache.data_dir.is_some());
+    let bad = Overrides {
+        prefetch_files: Some(5000),
+        ..Default::default()
+    };
+    let e = with("", &bad).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "command line: --prefetch-files: 5000 is out of range 0..=4096"
+    );
+    // An origin from flags only where the file has none.
+    let ep = Overrides {
+        endpoint: Some("http://127.0.0.1:9".into()),
+        ..Default::default()
+    };
+    assert!(with(ORIGIN, &ep)
+        .unwrap_err()
+        .message
+        .contains("only without an [origin]"));
+    let keys = MapEnv(
+        [("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "s")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let c = Config::parse_with("", "test.toml", &keys, &ep).unwrap();
+    assert_eq!(c.origin().unwrap().endpoint.as_str(), "http://127.0.0.1:9/");
 }

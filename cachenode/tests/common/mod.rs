@@ -35,11 +35,7 @@ pub async fn start_node(cfg: &Config) -> TestNode {
 /// A node on a listener bound beforehand (for configs that name each other).
 pub async fn start_node_on(cfg: &Config, listener: tokio::net::TcpListener) -> TestNode {
     let addr = listener.local_addr().unwrap();
-    let over = shoal_node::Overrides {
-        listen: Some(addr),
-        data_dir: None,
-    };
-    let (app, tls) = shoal_node::build(cfg, &over).unwrap();
+    let (app, tls) = shoal_node::build(cfg, Some(addr)).unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(shoal_node::serve(
         listener,

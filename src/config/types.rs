@@ -1,0 +1,224 @@
+//! The validated config: what programs read, already checked (nothing downstream
+//! checks it again).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::defaults;
+use super::{CredentialMode, Credentials};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addressing {
+    /// `https://endpoint/bucket/key`
+    Path,
+    /// `https://bucket.endpoint/key`
+    Virtual,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub first_byte: Duration,
+    /// Longest gap between two body chunks.
+    pub stall: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, including the first.
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct OriginConfig {
+    pub endpoint: url::Url,
+    pub region: String,
+    pub addressing: Addressing,
+    pub credentials: CredentialMode,
+    pub timeouts: Timeouts,
+    pub retry: RetryPolicy,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSpec {
+    /// Canonical `host:port`: the routing identity.
+    pub id: String,
+    pub weight: f64,
+    pub zone: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Membership {
+    Static(Vec<NodeSpec>),
+    /// A name re-resolved every `refresh`; every address gets `port`.
+    Dns {
+        host: String,
+        port: u16,
+        refresh: Duration,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HedgeConfig {
+    pub factor: f64,
+    pub floor: Duration,
+    /// Largest share of requests that may be hedged.
+    pub budget: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub membership: Membership,
+    pub zone: Option<String>,
+    pub block_size: u64,
+    pub read_window: usize,
+    pub load_limit: usize,
+    pub load_factor: Option<f64>,
+    pub down_for: Duration,
+    pub hedge: HedgeConfig,
+    pub timeouts: Timeouts,
+    pub tls: bool,
+    /// What the nodes' `[auth]` expects; anonymous when the nodes run `mode = "none"`.
+    pub credentials: CredentialMode,
+    /// For a node with a `[cluster]`: forward misses to owners, or not.
+    pub mode: ClusterMode,
+    /// Forwarded requests carry their hop count; none past this is forwarded again.
+    pub hop_limit: u32,
+    /// Nodes that own no blocks but get invalidations (other gateways).
+    pub peers: Vec<String>,
+    pub breaker: BreakerConfig,
+    pub peer_concurrency: usize,
+    pub peer_queue_wait: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterMode {
+    /// A miss goes to the block's owner: one copy per block cluster-wide.
+    Strong,
+    /// Every node fetches its own misses from the origin; only invalidations are
+    /// shared.
+    Eventual,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    pub failures: u32,
+    pub cooldown: Duration,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// Forward PUT, multipart uploads and DELETE to the origin.
+    pub writes: bool,
+    /// After a PUT, have each block fetched by its owner.
+    pub warm_on_write: bool,
+}
+
+/// One caching rule: what to do with keys (`bucket/key`) that match `pattern`.
+#[derive(Clone, Debug)]
+pub struct CacheRule {
+    pub pattern: String,
+    pub matcher: globset::GlobMatcher,
+    pub cache: bool,
+    /// Node block size (the widening unit) for matching keys.
+    pub block_size: Option<u64>,
+    /// How long what is cached of a matching key may be served before the origin is
+    /// asked again.
+    pub ttl: Option<Duration>,
+}
+
+impl ClusterConfig {
+    /// No nodes: every read goes to the origin (a plain S3 mount), with the design's
+    /// defaults for everything else.
+    pub fn standalone() -> ClusterConfig {
+        ClusterConfig {
+            membership: Membership::Static(Vec::new()),
+            zone: None,
+            block_size: defaults::CLUSTER_BLOCK_SIZE,
+            read_window: defaults::READ_WINDOW,
+            load_limit: defaults::LOAD_LIMIT,
+            load_factor: None,
+            down_for: defaults::DOWN_FOR,
+            hedge: HedgeConfig {
+                factor: defaults::HEDGE_FACTOR,
+                floor: defaults::HEDGE_FLOOR,
+                budget: defaults::HEDGE_BUDGET,
+            },
+            timeouts: Timeouts {
+                connect: defaults::NODE_CONNECT_TIMEOUT,
+                first_byte: defaults::NODE_FIRST_BYTE_TIMEOUT,
+                stall: defaults::NODE_STALL_TIMEOUT,
+            },
+            tls: false,
+            credentials: CredentialMode::Anonymous,
+            mode: ClusterMode::Strong,
+            hop_limit: defaults::HOP_LIMIT,
+            peers: Vec::new(),
+            breaker: BreakerConfig {
+                failures: defaults::BREAKER_FAILURES,
+                cooldown: defaults::BREAKER_COOLDOWN,
+            },
+            peer_concurrency: defaults::PEER_CONCURRENCY,
+            peer_queue_wait: defaults::PEER_QUEUE_WAIT,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    pub ram_size: u64,
+    pub disk_size: u64,
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub listen: SocketAddr,
+    pub block_size: u64,
+    pub revalidate_after: Duration,
+    pub shutdown_timeout: Duration,
+    pub zone: Option<String>,
+    /// Base domains for virtual-hosted requests (`bucket.DOMAIN/key`); path-style
+    /// requests always work.
+    pub domains: Vec<String>,
+    pub max_age: Duration,
+    /// This node's entry in `[cluster] nodes` (`host:port`), when its listen
+    /// address does not name it (`0.0.0.0`, a DNS name in the list).
+    pub id: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// `BUCKET[/PREFIX]`
+    pub source: Option<String>,
+    pub mountpoint: Option<PathBuf>,
+    pub metadata_ttl: Duration,
+    pub negative_ttl: Duration,
+    /// Entries fetched ahead of a directory walked in listing order (0: off).
+    pub prefetch_files: usize,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub file_mode: u32,
+    pub dir_mode: u32,
+    pub allow_other: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum AuthConfig {
+    /// SigV4 (header or presigned) with one of these keys.
+    SigV4 {
+        keys: Vec<Credentials>,
+        max_skew: Duration,
+    },
+    /// No authentication: asked for explicitly with `mode = "none"`.
+    None,
+}
+
+#[derive(Clone, Debug)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}

@@ -1,0 +1,189 @@
+//! `[cluster]`: the nodes, routing, deadlines, hedging, breaker and budgets.
+
+use crate::config::raw::{RawCluster, RawNodeEntry};
+use crate::config::{
+    canonical_node_id, defaults, BreakerConfig, ClusterConfig, ClusterMode, CredentialMode,
+    HedgeConfig, Membership, NodeSpec, Timeouts,
+};
+
+use super::{Validator, R};
+
+impl Validator<'_> {
+    fn node_entry(&self, i: usize, e: RawNodeEntry) -> R<NodeSpec> {
+        let key = format!("cluster.nodes[{i}]");
+        let (id, weight, zone) = match e {
+            RawNodeEntry::Id(id) => (id, 1.0, None),
+            RawNodeEntry::Full(f) => (f.id, f.weight.unwrap_or(1.0), f.zone),
+        };
+        let id = canonical_node_id(&id).map_err(|m| self.err(&key, m))?;
+        if !weight.is_finite() || weight <= 0.0 {
+            return Err(self.err(
+                format!("{key}.weight"),
+                format!("{weight} must be a finite number greater than 0"),
+            ));
+        }
+        Ok(NodeSpec { id, weight, zone })
+    }
+
+    pub(super) fn cluster(&self, c: RawCluster) -> R<ClusterConfig> {
+        let membership = match (c.nodes, c.dns) {
+            (Some(_), Some(_)) => {
+                return Err(self.err("cluster.dns", "give either nodes or dns, not both"))
+            }
+            (Some(nodes), None) => {
+                if nodes.is_empty() {
+                    return Err(self.err(
+                        "cluster.nodes",
+                        "is empty and no dns name is given: list at least one node",
+                    ));
+                }
+                let mut specs = Vec::with_capacity(nodes.len());
+                for (i, e) in nodes.into_iter().enumerate() {
+                    let spec = self.node_entry(i, e)?;
+                    if specs.iter().any(|s: &NodeSpec| s.id == spec.id) {
+                        return Err(self.err(
+                            format!("cluster.nodes[{i}]"),
+                            format!("node {} is listed twice", spec.id),
+                        ));
+                    }
+                    specs.push(spec);
+                }
+                Membership::Static(specs)
+            }
+            (None, Some(dns)) => {
+                let id = canonical_node_id(&dns).map_err(|m| self.err("cluster.dns", m))?;
+                let (host, port) = id.rsplit_once(':').expect("canonical ids have a port");
+                Membership::Dns {
+                    host: host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_owned(),
+                    port: port.parse().expect("canonical port"),
+                    refresh: self.positive(
+                        "cluster.refresh",
+                        c.refresh.map_or(defaults::DNS_REFRESH, |d| d.0),
+                    )?,
+                }
+            }
+            (None, None) => {
+                return Err(self.err(
+                    "cluster.nodes",
+                    "no nodes and no dns name: a [cluster] needs one of them",
+                ));
+            }
+        };
+        if c.refresh.is_some() && matches!(membership, Membership::Static(_)) {
+            return Err(self.err("cluster.refresh", "only applies with dns"));
+        }
+        let block_size = c.block_size.map_or(defaults::CLUSTER_BLOCK_SIZE, |s| s.0);
+        if !(4096..=(1 << 30)).contains(&block_size) {
+            return Err(self.err(
+                "cluster.block_size",
+                format!("{block_size} is out of range 4KiB..=1GiB"),
+            ));
+        }
+        let read_window = self.read_window(c.read_window.unwrap_or(defaults::READ_WINDOW))?;
+        let load_limit = c.load_limit.unwrap_or(defaults::LOAD_LIMIT);
+        if load_limit == 0 {
+            return Err(self.err("cluster.load_limit", "must be at least 1"));
+        }
+        if let Some(f) = c.load_factor {
+            if !f.is_finite() || f < 1.0 {
+                return Err(self.err(
+                    "cluster.load_factor",
+                    format!("{f} must be a number >= 1.0"),
+                ));
+            }
+        }
+        let hedge = HedgeConfig {
+            factor: c.hedge_factor.unwrap_or(defaults::HEDGE_FACTOR),
+            floor: c.hedge_floor.map_or(defaults::HEDGE_FLOOR, |d| d.0),
+            budget: c.hedge_budget.unwrap_or(defaults::HEDGE_BUDGET),
+        };
+        if !hedge.factor.is_finite() || hedge.factor < 1.0 {
+            return Err(self.err(
+                "cluster.hedge_factor",
+                format!("{} must be a number >= 1.0", hedge.factor),
+            ));
+        }
+        if !(0.0..=1.0).contains(&hedge.budget) {
+            return Err(self.err(
+                "cluster.hedge_budget",
+                format!("{} must be a fraction between 0 and 1", hedge.budget),
+            ));
+        }
+        let timeouts = Timeouts {
+            connect: self.positive(
+                "cluster.connect_timeout",
+                c.connect_timeout
+                    .map_or(defaults::NODE_CONNECT_TIMEOUT, |d| d.0),
+            )?,
+            first_byte: self.positive(
+                "cluster.first_byte_timeout",
+                c.first_byte_timeout
+                    .map_or(defaults::NODE_FIRST_BYTE_TIMEOUT, |d| d.0),
+            )?,
+            stall: self.positive(
+                "cluster.stall_timeout",
+                c.stall_timeout
+                    .map_or(defaults::NODE_STALL_TIMEOUT, |d| d.0),
+            )?,
+        };
+        let credentials = self
+            .credentials(
+                "cluster.credentials",
+                &c.credentials.unwrap_or_default(),
+                false,
+            )?
+            .unwrap_or(CredentialMode::Anonymous);
+        Ok(ClusterConfig {
+            membership,
+            zone: c.zone,
+            block_size,
+            read_window,
+            load_limit,
+            load_factor: c.load_factor,
+            down_for: self.positive(
+                "cluster.down_for",
+                c.down_for.map_or(defaults::DOWN_FOR, |d| d.0),
+            )?,
+            hedge,
+            timeouts,
+            tls: c.tls.unwrap_or(false),
+            credentials,
+            mode: match c.mode.as_deref() {
+                None | Some("strong") => ClusterMode::Strong,
+                Some("eventual") => ClusterMode::Eventual,
+                Some(m) => {
+                    return Err(self.err(
+                        "cluster.mode",
+                        format!("{m:?} is not a mode: write \"strong\" or \"eventual\""),
+                    ))
+                }
+            },
+            hop_limit: c.hop_limit.unwrap_or(defaults::HOP_LIMIT),
+            peers: c
+                .peers
+                .unwrap_or_default()
+                .iter()
+                .map(|p| canonical_node_id(p).map_err(|m| self.err("cluster.peers", m)))
+                .collect::<R<Vec<_>>>()?,
+            breaker: BreakerConfig {
+                failures: match c.breaker_failures.unwrap_or(defaults::BREAKER_FAILURES) {
+                    0 => return Err(self.err("cluster.breaker_failures", "must be at least 1")),
+                    n => n,
+                },
+                cooldown: self.positive(
+                    "cluster.breaker_cooldown",
+                    c.breaker_cooldown
+                        .map_or(defaults::BREAKER_COOLDOWN, |d| d.0),
+                )?,
+            },
+            peer_concurrency: match c.peer_concurrency.unwrap_or(defaults::PEER_CONCURRENCY) {
+                0 => return Err(self.err("cluster.peer_concurrency", "must be at least 1")),
+                n => n,
+            },
+            peer_queue_wait: c.peer_queue_wait.map_or(defaults::PEER_QUEUE_WAIT, |d| d.0),
+        })
+    }
+}

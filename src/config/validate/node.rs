@@ -1,0 +1,123 @@
+//! What a node reads: `[node]`, `[cache]`, `[auth]` and `[tls]`.
+
+use std::path::PathBuf;
+
+use crate::config::raw::{RawAuth, RawCache, RawNode, RawTls};
+use crate::config::{
+    canonical_node_id, defaults, AuthConfig, CacheConfig, CredentialMode, NodeConfig, TlsConfig,
+};
+
+use super::{Validator, R};
+
+impl Validator<'_> {
+    pub(super) fn node(&self, n: RawNode) -> R<NodeConfig> {
+        let block_size = n.block_size.map_or(defaults::NODE_BLOCK_SIZE, |s| s.0);
+        if !(4096..=(64 << 20)).contains(&block_size) {
+            return Err(self.err(
+                "node.block_size",
+                format!("{block_size} is out of range 4KiB..=64MiB"),
+            ));
+        }
+        Ok(NodeConfig {
+            listen: self
+                .socket_addr("node.listen", n.listen.as_deref().unwrap_or("0.0.0.0:9000"))?,
+            block_size,
+            revalidate_after: n
+                .revalidate_after
+                .map_or(defaults::REVALIDATE_AFTER, |d| d.0),
+            shutdown_timeout: n
+                .shutdown_timeout
+                .map_or(defaults::SHUTDOWN_TIMEOUT, |d| d.0),
+            zone: n.zone,
+            domains: n.domains.unwrap_or_default(),
+            max_age: self.positive("node.max_age", n.max_age.map_or(defaults::MAX_AGE, |d| d.0))?,
+            id: n
+                .id
+                .map(|i| canonical_node_id(&i).map_err(|m| self.err("node.id", m)))
+                .transpose()?,
+        })
+    }
+
+    pub(super) fn cache(&self, c: RawCache, is_node: bool) -> R<CacheConfig> {
+        let ram_size = c.ram_size.map_or(
+            if is_node {
+                defaults::NODE_RAM
+            } else {
+                defaults::MOUNT_RAM
+            },
+            |s| s.0,
+        );
+        let disk_size = c.disk_size.map_or(0, |s| s.0);
+        let data_dir = c.data_dir.map(PathBuf::from);
+        if disk_size > 0 && data_dir.is_none() {
+            return Err(self.err(
+                "cache.data_dir",
+                "cache.disk_size is set, so a data_dir for the disk tier is needed",
+            ));
+        }
+        Ok(CacheConfig {
+            ram_size,
+            disk_size,
+            data_dir,
+        })
+    }
+
+    pub(super) fn auth(&self, a: RawAuth) -> R<AuthConfig> {
+        match a.mode.as_deref() {
+            Some("none") => {
+                if a.keys.is_some() {
+                    return Err(self.err(
+                        "auth.keys",
+                        "keys are listed but mode = \"none\" accepts everyone: remove one",
+                    ));
+                }
+                Ok(AuthConfig::None)
+            }
+            None | Some("sigv4") => {
+                let raw_keys = a.keys.unwrap_or_default();
+                if raw_keys.is_empty() {
+                    return Err(self.err(
+                        "auth.keys",
+                        "no access keys: add [[auth.keys]] entries, or write mode = \"none\" to run without authentication",
+                    ));
+                }
+                let mut keys = Vec::new();
+                for (i, k) in raw_keys.iter().enumerate() {
+                    let section = format!("auth.keys[{i}]");
+                    if k.anonymous.is_some() || k.profile.is_some() {
+                        return Err(self.err(section, "an accepted key takes access_key_id and secret_access_key (or their _env forms) only"));
+                    }
+                    match self.credentials(&section, k, false)? {
+                        Some(CredentialMode::Keys(c)) => keys.push(c),
+                        _ => {
+                            return Err(
+                                self.err(section, "needs access_key_id and secret_access_key")
+                            )
+                        }
+                    }
+                }
+                Ok(AuthConfig::SigV4 {
+                    keys,
+                    max_skew: a.max_skew.map_or(defaults::MAX_SKEW, |d| d.0),
+                })
+            }
+            Some(other) => Err(self.err(
+                "auth.mode",
+                format!("{other:?} is not \"sigv4\" or \"none\""),
+            )),
+        }
+    }
+
+    pub(super) fn tls(&self, t: RawTls) -> R<TlsConfig> {
+        let cert = t
+            .cert
+            .ok_or_else(|| self.err("tls.cert", "is required in [tls]"))?;
+        let key = t
+            .key
+            .ok_or_else(|| self.err("tls.key", "is required in [tls]"))?;
+        Ok(TlsConfig {
+            cert: PathBuf::from(cert),
+            key: PathBuf::from(key),
+        })
+    }
+}
