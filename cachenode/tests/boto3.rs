@@ -45,7 +45,7 @@ print("boto3 ok", size)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boto3_reads_through_a_node() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     let body = data(9 * 1024 * 1024 + 123, 21);
     let etag = origin.put(BUCKET, "data/file.bin", body);
     let endpoint = format!("http://{}", node.addr);
@@ -102,7 +102,7 @@ print("list ok")
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boto3_lists_with_version_1_and_markers() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     for k in [
         "l/a",
         "l/b",

@@ -34,7 +34,7 @@ fn gateway_cluster(nodes: &[SocketAddr], peers: &[SocketAddr], extra: &str) -> S
 async fn owners(origin: &shoal_testorigin::Origin, n: usize) -> Vec<TestNode> {
     let mut v = Vec::new();
     for _ in 0..n {
-        v.push(start_node(&parse(&node_toml(origin, "", ""))).await);
+        v.push(node_for(origin, "", "").await);
     }
     v
 }
@@ -45,21 +45,16 @@ async fn writer_and_reader(
 ) -> (Vec<TestNode>, TestNode, TestNode) {
     let owners = owners(origin, 3).await;
     let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
-    let a = start_node(&parse(&node_toml(
+    let a = node_for(
         origin,
         "",
         &format!(
             "{}[gateway]\nwrites = true\nwarm_on_write = true\n",
             gateway_cluster(&ids, &[], "")
         ),
-    )))
+    )
     .await;
-    let b = start_node(&parse(&node_toml(
-        origin,
-        "",
-        &gateway_cluster(&ids, &[], ""),
-    )))
-    .await;
+    let b = node_for(origin, "", &gateway_cluster(&ids, &[], "")).await;
     (owners, a, b)
 }
 
@@ -282,14 +277,14 @@ async fn overwrite_and_delete_through_a_gateway_leave_no_old_bytes_anywhere() {
     let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
     let lb = listener().await;
     let b_addr = lb.local_addr().unwrap();
-    let a = start_node(&parse(&node_toml(
+    let a = node_for(
         &origin,
         "revalidate_after = \"1h\"",
         &format!(
             "{}[gateway]\nwrites = true\n",
             gateway_cluster(&ids, &[b_addr], "")
         ),
-    )))
+    )
     .await;
     let b = start_node_on(
         &parse(&node_toml(
@@ -362,14 +357,14 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
         procs.push(NodeProcess::spawn(&path));
     }
     let ids: Vec<SocketAddr> = procs.iter().map(|p| p.socket_addr()).collect();
-    let a = start_node(&parse(&node_toml(
+    let a = node_for(
         &origin,
         "",
         &gateway_cluster(&ids, &[], "").replace(
             "first_byte_timeout = \"2s\"",
             "first_byte_timeout = \"300ms\"",
         ),
-    )))
+    )
     .await;
     let old = data(100_000, 36);
     let e_old = origin.put(BUCKET, "p/a", old.clone());
@@ -464,7 +459,7 @@ async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
 async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
     let origin = origin().await;
     let dir = tempfile::tempdir().unwrap();
-    let node = start_node(&parse(&node_toml(
+    let node = node_for(
         &origin,
         "",
         &format!(
@@ -473,7 +468,7 @@ async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
              [[rules]]\npattern = \"{BUCKET}/hot/**\"\nttl = \"1s\"\nblock_size = \"64KiB\"\n",
             dir.path().display()
         ),
-    )))
+    )
     .await;
     let body = data(300_000, 40);
     for k in ["other/x", "nocache/y", "hot/z"] {
@@ -559,11 +554,7 @@ fn a_bad_rule_or_open_writes_stop_the_node_at_start() {
         "[origin]\nendpoint = \"http://127.0.0.1:1\"\n[origin.credentials]\nanonymous = true\n[node]\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[[rules]]\npattern = \"b/[unclosed\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(bin("shoal-node"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_node_with(&path);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("rules[0].pattern"), "{err}");
@@ -575,11 +566,7 @@ fn a_bad_rule_or_open_writes_stop_the_node_at_start() {
         "[origin]\nendpoint = \"http://127.0.0.1:1\"\n[origin.credentials]\nanonymous = true\n[node]\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[gateway]\nwrites = true\n",
     )
     .unwrap();
-    let out = std::process::Command::new(bin("shoal-node"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_node_with(&path);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("gateway.writes"), "{err}");
@@ -589,7 +576,7 @@ fn a_bad_rule_or_open_writes_stop_the_node_at_start() {
 async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_down() {
     let origin = origin().await;
     let mut a_nodes = owners(&origin, 2).await;
-    let b_node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let b_node = node_for(&origin, "", "").await;
     let list = format!(
         "[{{ id = \"{}\", zone = \"a\" }}, {{ id = \"{}\", zone = \"a\" }}, {{ id = \"{}\", zone = \"b\" }}]",
         a_nodes[0].addr, a_nodes[1].addr, b_node.addr
@@ -659,7 +646,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
         &node_toml(&origin, "", "").replace(&origin.endpoint(), "http://127.0.0.1:1"),
     ))
     .await;
-    let gw = start_node(&parse(&node_toml(
+    let gw = node_for(
         &origin,
         "",
         &gateway_cluster(
@@ -667,7 +654,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
             &[],
             "breaker_failures = 3\nbreaker_cooldown = \"30s\"",
         ),
-    )))
+    )
     .await;
     let body = data(6 * MIB, 43);
     origin.put(BUCKET, "b/obj", body.clone());
@@ -677,8 +664,8 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
     assert!(metric(&t, "shoal_client_fallbacks_total{cause=\"down\"}") >= 1.0);
 
     // One peer request at a time and no patience: concurrent misses shed.
-    let owner = start_node(&parse(&node_toml(&origin, "", ""))).await;
-    let gw2 = start_node(&parse(&node_toml(
+    let owner = node_for(&origin, "", "").await;
+    let gw2 = node_for(
         &origin,
         "",
         &gateway_cluster(
@@ -686,7 +673,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
             &[],
             "peer_concurrency = 1\npeer_queue_wait = \"1ms\"",
         ),
-    )))
+    )
     .await;
     let big = data(16 * MIB, 44);
     origin.put(BUCKET, "b/big", big.clone());
@@ -701,7 +688,7 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
 #[tokio::test]
 async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     origin.put(BUCKET, "keep/a", data(1000, 45));
     get(node.addr, "keep/a", None).await.unwrap();
     let signed = |query: &str, body: &str| {
@@ -863,14 +850,14 @@ async fn a_delete_is_done_at_the_origin_even_when_no_node_can_be_told() {
     let origin = origin().await;
     // The only other node is unreachable: every invalidation batch fails.
     let dead: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let a = start_node(&parse(&node_toml(
+    let a = node_for(
         &origin,
         "",
         &format!(
             "{}[gateway]\nwrites = true\n",
             gateway_cluster(&[dead], &[], "mode = \"eventual\"")
         ),
-    )))
+    )
     .await;
     origin.put(BUCKET, "gone", data(5000, 46));
     assert_eq!(get(a.addr, "gone", None).await.unwrap().len(), 5000);
@@ -897,12 +884,7 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
     let origin = origin().await;
     let owners = owners(&origin, 2).await;
     let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
-    let gw = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        &gateway_cluster(&ids, &[], ""),
-    )))
-    .await;
+    let gw = node_for(&origin, "", &gateway_cluster(&ids, &[], "")).await;
     let body = data(3 * MIB, 47);
     let etag = origin.put(BUCKET, "h/obj", body);
     origin.stats.reset();

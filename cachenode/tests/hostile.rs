@@ -209,7 +209,7 @@ async fn virtual_hosted_requests() {
 #[tokio::test]
 async fn malformed_signature_dates_are_refused() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     let http = reqwest::Client::new();
     for (auth, date) in [
         (

@@ -15,12 +15,7 @@ const MIB: u64 = 1 << 20;
 #[tokio::test]
 async fn every_range_equals_the_origin_bytes() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        "[cache]\nram_size = \"64MiB\"",
-    )))
-    .await;
+    let node = node_for(&origin, "", "[cache]\nram_size = \"64MiB\"").await;
     let c = client(node.addr);
     let objects = [
         ("zero", 0usize),
@@ -91,12 +86,7 @@ async fn every_range_equals_the_origin_bytes() {
 #[tokio::test]
 async fn concurrent_cold_reads_fetch_each_block_once() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(
-        &origin,
-        "",
-        "[cache]\nram_size = \"64MiB\"",
-    )))
-    .await;
+    let node = node_for(&origin, "", "[cache]\nram_size = \"64MiB\"").await;
     let body = data(10 * MIB as usize, 9);
     origin.put(BUCKET, "hot", body.clone());
     origin.stats.reset();
@@ -152,12 +142,7 @@ async fn concurrent_cold_reads_fetch_each_block_once() {
 #[tokio::test]
 async fn versions_are_never_mixed() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(
-        &origin,
-        "revalidate_after = \"200ms\"",
-        "",
-    )))
-    .await;
+    let node = node_for(&origin, "revalidate_after = \"200ms\"", "").await;
     let c = client(node.addr);
     let old_body = data(3 * MIB as usize, 1);
     let old = origin.put(BUCKET, "v", old_body.clone());
@@ -212,7 +197,7 @@ async fn versions_are_never_mixed() {
 #[tokio::test]
 async fn authentication_is_enforced() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     origin.put(BUCKET, "a", data(100, 3));
     let bad = node_s3_client(&node.addr.to_string(), NODE_KEY, "wrong-secret");
     let r = bad.get_bytes(&GetObject::new(BUCKET, "a")).await;
@@ -350,7 +335,7 @@ fn walk(p: &std::path::Path) -> u64 {
 #[tokio::test]
 async fn listing_and_head_bucket_pass_through() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     for i in 0..30 {
         origin.put(BUCKET, &format!("dir/{i:02}"), data(i, i as u64));
     }
@@ -368,7 +353,7 @@ async fn listing_and_head_bucket_pass_through() {
 #[tokio::test]
 async fn purge_drops_cached_blocks() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     let c = client(node.addr);
     origin.put(BUCKET, "p/a", data(1000, 1));
     origin.put(BUCKET, "p/b", data(1000, 2));
@@ -401,7 +386,7 @@ async fn purge_drops_cached_blocks() {
 #[tokio::test]
 async fn cached_only_requests_never_reach_the_origin() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     let c = client(node.addr);
     let body = data(3 * MIB as usize, 31);
     let etag = origin.put(BUCKET, "co", body.clone());
@@ -441,7 +426,7 @@ async fn cached_only_requests_never_reach_the_origin() {
 #[tokio::test]
 async fn metrics_answer_in_the_format_the_scraper_asks_for() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     origin.put(BUCKET, "m", data(10, 1));
     client(node.addr)
         .get_bytes(&GetObject::new(BUCKET, "m"))

@@ -123,30 +123,20 @@ async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
 
 #[test]
 fn bad_use_gets_a_clear_error() {
-    let out = Command::new(bin("shoal-node"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = run_node(&["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
         help.contains("--config") && help.contains("--listen") && help.contains("--data-dir"),
         "{help}"
     );
-    let out = Command::new(bin("shoal-node"))
-        .arg("--version")
-        .output()
-        .unwrap();
+    let out = run_node(&["--version"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[node]\nlisen = \"0.0.0.0:1\"\n").unwrap();
-    let out = Command::new(bin("shoal-node"))
-        .arg("--config")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = run_node_with(&bad);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -154,21 +144,13 @@ fn bad_use_gets_a_clear_error() {
         "{err}"
     );
 
-    let out = Command::new(bin("shoal-node"))
-        .arg("--config")
-        .arg(dir.path().join("missing.toml"))
-        .output()
-        .unwrap();
+    let out = run_node_with(&dir.path().join("missing.toml"));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
 
     // A config without [origin] says so.
     std::fs::write(&bad, "[node]\n[auth]\nmode = \"none\"\n").unwrap();
-    let out = Command::new(bin("shoal-node"))
-        .arg("--config")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = run_node_with(&bad);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[origin]"));
 }
@@ -254,11 +236,7 @@ async fn serves_https_with_the_configured_certificate() {
         ),
     )
     .unwrap();
-    let out = Command::new(bin("shoal-node"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_node_with(&path);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tls.cert /nonexistent/c.pem"));
 }

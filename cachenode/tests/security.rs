@@ -13,7 +13,7 @@ use shoal::store::{ByteRange, GetObject};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presigned_urls_expire_and_cannot_be_forged() {
     let origin = origin().await;
-    let node = start_node(&parse(&node_toml(&origin, "", ""))).await;
+    let node = node_for(&origin, "", "").await;
     origin.put(BUCKET, "p", data(100, 1));
     let c = client(node.addr);
     let http = reqwest::Client::new();
@@ -55,14 +55,14 @@ async fn no_key_writes_outside_the_data_dir() {
     let origin = origin().await;
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let node = start_node(&parse(&node_toml(
+    let node = node_for(
         &origin,
         "",
         &format!(
             "[cache]\ndisk_size = \"64MiB\"\ndata_dir = \"{}\"",
             data_dir.display()
         ),
-    )))
+    )
     .await;
     let c = client(node.addr);
     let keys = [

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use shoal::config::Config;
+use shoal::config::{ClusterConfig, Config};
+use shoal::route::Membership;
 
 /// Operate a shoal cache cluster, with the same TOML config as shoal-mount
 /// ([origin], [cluster]) and the usual AWS_* environment.
@@ -53,6 +54,23 @@ pub fn parse_url(url: &str) -> Result<(String, String), String> {
         return Err(format!("{url:?} names no bucket"));
     }
     Ok((b.to_owned(), k.to_owned()))
+}
+
+/// The config's `[cluster]` and its nodes as they resolve now.
+pub async fn cluster_nodes(cfg: &Config) -> Result<(&ClusterConfig, Vec<String>), String> {
+    let cluster = cfg.cluster().ok_or("the config has no [cluster] section")?;
+    let membership = Membership::from_config(cluster);
+    membership
+        .refresh()
+        .await
+        .map_err(|e| format!("cannot resolve the cluster's DNS name: {e}"))?;
+    let ids = membership
+        .current()
+        .nodes()
+        .iter()
+        .map(|n| n.id.clone())
+        .collect();
+    Ok((cluster, ids))
 }
 
 fn load(path: &Option<PathBuf>) -> Result<Config, String> {

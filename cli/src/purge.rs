@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use shoal::config::{Config, RetryPolicy};
 use shoal::node_proto::{self, Purge};
-use shoal::route::Membership;
 use shoal::store::s3::S3Client;
 
 #[derive(clap::Args, Debug)]
@@ -19,19 +18,14 @@ pub struct Args {
 pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
     let (bucket, key) = super::parse_url(&a.url)?;
     let as_prefix = a.prefix || key.is_empty() || key.ends_with('/');
-    let cluster = cfg.cluster().ok_or("the config has no [cluster] section")?;
-    let membership = Membership::from_config(cluster);
-    membership
-        .refresh()
-        .await
-        .map_err(|e| format!("cannot resolve the cluster's DNS name: {e}"))?;
+    let (cluster, ids) = super::cluster_nodes(cfg).await?;
     let region = cfg
         .origin()
         .map(|o| o.region.clone())
         .unwrap_or_else(|_| "us-east-1".into());
     let mut failed = 0;
-    for n in membership.current().nodes() {
-        let mut opts = node_proto::node_options(cluster, &region, &n.id, 1);
+    for id in &ids {
+        let mut opts = node_proto::node_options(cluster, &region, id, 1);
         // A purge is idempotent: worth a second try.
         opts.retry = RetryPolicy {
             max_attempts: 2,
@@ -51,11 +45,11 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
                     .ok()
                     .and_then(|v| v["purged_blocks"].as_u64())
                     .map_or("?".into(), |b| b.to_string());
-                println!("{:<28} ok      {blocks} blocks dropped", n.id);
+                println!("{id:<28} ok      {blocks} blocks dropped");
             }
             Err(e) => {
                 failed += 1;
-                println!("{:<28} FAILED  {e}", n.id);
+                println!("{id:<28} FAILED  {e}");
             }
         }
     }

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use shoal::config::Config;
-use shoal::route::Membership;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -33,18 +32,7 @@ fn label_of(text: &str, prefix: &str, label: &str) -> Option<String> {
 }
 
 pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
-    let cluster = cfg.cluster().ok_or("the config has no [cluster] section")?;
-    let membership = Membership::from_config(cluster);
-    membership
-        .refresh()
-        .await
-        .map_err(|e| format!("cannot resolve the cluster's DNS name: {e}"))?;
-    let ids: Vec<String> = membership
-        .current()
-        .nodes()
-        .iter()
-        .map(|n| n.id.clone())
-        .collect();
+    let (cluster, ids) = super::cluster_nodes(cfg).await?;
     if ids.is_empty() {
         return Err("the cluster has no nodes".into());
     }

@@ -288,21 +288,6 @@ impl DiskTier {
         let data = decode_block(&buf, key).map_err(|e| e.to_string())?;
         Ok(Bytes::copy_from_slice(data))
     }
-
-    fn retain(&self, keep: impl Fn(&BlockKey) -> bool) -> u64 {
-        let gone: Vec<BlockKey> = {
-            let s = self.state.lock().unwrap();
-            s.lru
-                .iter()
-                .filter(|(k, _)| !keep(k))
-                .map(|(k, _)| k.clone())
-                .collect()
-        };
-        for k in &gone {
-            self.forget(k);
-        }
-        gone.len() as u64
-    }
 }
 
 impl BlockCache for DiskTier {
@@ -349,16 +334,19 @@ impl BlockCache for DiskTier {
         self.evict(&mut s);
     }
 
-    fn remove_object(&self, bucket: &str, key: &str) -> u64 {
-        self.retain(|k| !k.same_object(bucket, key))
-    }
-
-    fn remove_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64 {
-        self.retain(|k| !k.same_object(bucket, key) || &*k.etag == etag)
-    }
-
-    fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64 {
-        self.retain(|k| !(&*k.bucket == bucket && k.key.starts_with(prefix)))
+    fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
+        let picked: Vec<BlockKey> = {
+            let s = self.state.lock().unwrap();
+            s.lru
+                .iter()
+                .filter(|(k, _)| gone(k))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        for k in &picked {
+            self.forget(k);
+        }
+        picked.len() as u64
     }
 
     fn stats(&self) -> TierStats {

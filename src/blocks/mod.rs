@@ -35,12 +35,8 @@ pub struct TierStats {
 pub trait BlockCache: Send + Sync {
     fn get(&self, key: &BlockKey) -> Option<Bytes>;
     fn insert(&self, key: BlockKey, data: Bytes);
-    /// Drops every block of `bucket`/`key` (any ETag); returns how many.
-    fn remove_object(&self, bucket: &str, key: &str) -> u64;
-    /// Drops the blocks of `bucket`/`key` of every version but `etag`.
-    fn remove_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64;
-    /// Drops every block of keys starting with `prefix` in `bucket`; returns how many.
-    fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64;
+    /// Drops every block `gone` picks; returns how many.
+    fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64;
     fn stats(&self) -> TierStats;
 }
 
@@ -52,13 +48,7 @@ impl BlockCache for NoCache {
         None
     }
     fn insert(&self, _: BlockKey, _: Bytes) {}
-    fn remove_object(&self, _: &str, _: &str) -> u64 {
-        0
-    }
-    fn remove_other_versions(&self, _: &str, _: &str, _: &str) -> u64 {
-        0
-    }
-    fn remove_prefix(&self, _: &str, _: &str) -> u64 {
+    fn remove(&self, _: &dyn Fn(&BlockKey) -> bool) -> u64 {
         0
     }
     fn stats(&self) -> TierStats {

@@ -46,26 +46,6 @@ impl RamTier {
     fn shard(&self, key: &BlockKey) -> &Mutex<Shard> {
         &self.shards[(key.digest() as usize) % self.shards.len()]
     }
-
-    fn retain(&self, keep: impl Fn(&BlockKey) -> bool) -> u64 {
-        let mut removed = 0;
-        for s in &self.shards {
-            let mut s = s.lock().unwrap();
-            let gone: Vec<BlockKey> = s
-                .lru
-                .iter()
-                .filter(|(k, _)| !keep(k))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in gone {
-                if let Some(v) = s.lru.pop(&k) {
-                    s.bytes -= v.len() as u64;
-                    removed += 1;
-                }
-            }
-        }
-        removed
-    }
 }
 
 impl BlockCache for RamTier {
@@ -94,16 +74,24 @@ impl BlockCache for RamTier {
         }
     }
 
-    fn remove_object(&self, bucket: &str, key: &str) -> u64 {
-        self.retain(|k| !k.same_object(bucket, key))
-    }
-
-    fn remove_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64 {
-        self.retain(|k| !k.same_object(bucket, key) || &*k.etag == etag)
-    }
-
-    fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64 {
-        self.retain(|k| !(&*k.bucket == bucket && k.key.starts_with(prefix)))
+    fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
+        let mut removed = 0;
+        for s in &self.shards {
+            let mut s = s.lock().unwrap();
+            let picked: Vec<BlockKey> = s
+                .lru
+                .iter()
+                .filter(|(k, _)| gone(k))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in picked {
+                if let Some(v) = s.lru.pop(&k) {
+                    s.bytes -= v.len() as u64;
+                    removed += 1;
+                }
+            }
+        }
+        removed
     }
 
     fn stats(&self) -> TierStats {
@@ -149,8 +137,8 @@ mod tests {
             t.insert(BlockKey::new("b", k, "e1", 1, 0), Bytes::from_static(b"1"));
             t.insert(BlockKey::new("b", k, "e2", 1, 1), Bytes::from_static(b"2"));
         }
-        assert_eq!(t.remove_object("b", "a/x"), 2);
-        assert_eq!(t.remove_prefix("b", "a/"), 2);
+        assert_eq!(t.remove(&|k| k.same_object("b", "a/x")), 2);
+        assert_eq!(t.remove(&|k| k.key.starts_with("a/")), 2);
         assert_eq!(t.stats().blocks, 2);
         assert_eq!(t.stats().used_bytes, 2);
     }

@@ -26,6 +26,10 @@ pub enum Served {
     Joined,
 }
 
+/// What fetches a missing block: the origin, an owner node, the cluster.
+pub trait Fetch<E>: Future<Output = Result<Bytes, E>> + Send + 'static {}
+impl<E, F: Future<Output = Result<Bytes, E>> + Send + 'static> Fetch<E> for F {}
+
 /// RAM shards: short lock hold times when many readers hit at once.
 const RAM_SHARDS: usize = 16;
 
@@ -82,16 +86,13 @@ where
 
     /// The block from a tier, else from `fetch`, run once however many ask at the
     /// same time (in lane `lane`); a fetched block is kept in both tiers when `fill`.
-    pub async fn get_or_fetch<F>(
+    pub async fn get_or_fetch(
         &self,
         key: BlockKey,
         lane: L,
         fill: bool,
-        fetch: F,
-    ) -> Result<(Bytes, Served), FlightError<E>>
-    where
-        F: Future<Output = Result<Bytes, E>> + Send + 'static,
-    {
+        fetch: impl Fetch<E>,
+    ) -> Result<(Bytes, Served), FlightError<E>> {
         if let Some(hit) = self.lookup(&key).await {
             return Ok(hit);
         }
@@ -100,16 +101,13 @@ where
 
     /// The block from `fetch` (joining one in flight), whatever the tiers hold: for
     /// a caller that needs what the fetch learns besides the bytes.
-    pub async fn fetch<F>(
+    pub async fn fetch(
         &self,
         key: BlockKey,
         lane: L,
         fill: bool,
-        fetch: F,
-    ) -> Result<(Bytes, Served), FlightError<E>>
-    where
-        F: Future<Output = Result<Bytes, E>> + Send + 'static,
-    {
+        fetch: impl Fetch<E>,
+    ) -> Result<(Bytes, Served), FlightError<E>> {
         let (ram, disk, k) = (self.ram.clone(), self.disk.clone(), key.clone());
         let flight = async move {
             // A flight that ended between the caller's lookup and this one left its
@@ -144,31 +142,28 @@ where
     /// Drops every block of one object; returns how many.
     pub async fn remove_object(&self, bucket: &str, key: &str) -> u64 {
         let (b, k) = (bucket.to_owned(), key.to_owned());
-        self.ram.remove_object(bucket, key)
-            + self
-                .on_disk(move |d| d.remove_object(&b, &k))
-                .await
-                .unwrap_or(0)
+        self.remove(move |x| x.same_object(&b, &k)).await
     }
 
     /// Drops every version of one object but `etag`; returns blocks dropped.
     pub async fn remove_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64 {
         let (b, k, e) = (bucket.to_owned(), key.to_owned(), etag.to_owned());
-        self.ram.remove_other_versions(bucket, key, etag)
-            + self
-                .on_disk(move |d| d.remove_other_versions(&b, &k, &e))
-                .await
-                .unwrap_or(0)
+        self.remove(move |x| x.same_object(&b, &k) && *x.etag != *e)
+            .await
     }
 
     /// Drops everything under a prefix; returns blocks dropped.
     pub async fn remove_prefix(&self, bucket: &str, prefix: &str) -> u64 {
         let (b, p) = (bucket.to_owned(), prefix.to_owned());
-        self.ram.remove_prefix(bucket, prefix)
-            + self
-                .on_disk(move |d| d.remove_prefix(&b, &p))
-                .await
-                .unwrap_or(0)
+        self.remove(move |x| *x.bucket == *b && x.key.starts_with(&p))
+            .await
+    }
+
+    /// Drops the blocks `gone` picks from both tiers; returns how many.
+    async fn remove(&self, gone: impl Fn(&BlockKey) -> bool + Send + Sync + 'static) -> u64 {
+        let gone = Arc::new(gone);
+        let g = gone.clone();
+        self.ram.remove(&*gone) + self.on_disk(move |d| d.remove(&*g)).await.unwrap_or(0)
     }
 
     pub fn ram_stats(&self) -> TierStats {

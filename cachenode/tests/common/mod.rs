@@ -53,6 +53,25 @@ pub async fn start_node_on(cfg: &Config, listener: tokio::net::TcpListener) -> T
     }
 }
 
+/// A node in process for `o`: [`node_toml`]'s config with `node_extra` in `[node]`
+/// and `rest` after it.
+pub async fn node_for(o: &Origin, node_extra: &str, rest: &str) -> TestNode {
+    start_node(&parse(&node_toml(o, node_extra, rest))).await
+}
+
+/// Runs `shoal-node` with `args` to its end (a start that must fail, `--help`).
+pub fn run_node<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    std::process::Command::new(bin("shoal-node"))
+        .args(args)
+        .output()
+        .expect("run shoal-node")
+}
+
+/// Runs `shoal-node --config config` to its end.
+pub fn run_node_with(config: &std::path::Path) -> std::process::Output {
+    run_node(&[std::ffi::OsStr::new("--config"), config.as_os_str()])
+}
+
 /// A client of the node at `addr` signing with the test node key.
 pub fn client(addr: std::net::SocketAddr) -> S3Client {
     node_s3_client(&addr.to_string(), NODE_KEY, NODE_SECRET)
