@@ -145,19 +145,34 @@ pub fn build(
             tracing::warn!("AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who can reach this node can read what it caches and what the origin credentials allow");
             true
         }
-        AuthConfig::SigV4 { keys, .. } => {
-            let mut a = s3s::auth::SimpleAuth::new();
-            for k in keys {
-                a.register(k.access_key_id.clone(), k.secret_access_key.clone().into());
-            }
-            builder.set_auth(a);
+        AuthConfig::SigV4 { keys, max_skew } => {
+            builder.set_auth(api::auth::NodeAuth::new(keys));
+            // How far a request's signing time may be from ours.
+            let mut config = s3s::config::S3Config::default();
+            config.presigned_url_max_skew_time_secs =
+                max_skew.as_secs().min(u32::MAX as u64) as u32;
+            builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+                config,
+            ))));
             false
         }
     };
-    builder.set_route(api::PurgeRoute {
-        node: node.clone(),
-        fanout,
-        open,
+    builder.set_route(api::Routes {
+        purge: api::PurgeRoute {
+            node: node.clone(),
+            fanout,
+            open,
+        },
+        lists: api::ListRoute {
+            node: node.clone(),
+            open,
+            domains: node_cfg.domains.clone(),
+        },
+        objects: api::passthrough::ObjectRoute {
+            node: node.clone(),
+            open,
+            domains: node_cfg.domains.clone(),
+        },
     });
     if !node_cfg.domains.is_empty() {
         let host = s3s::host::MultiDomain::new(&node_cfg.domains)

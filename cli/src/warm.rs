@@ -204,7 +204,7 @@ async fn warm_all(
                 size: o.size,
                 etag: o.etag.clone(),
                 last_modified: o.last_modified,
-                content_type: None,
+                ..Default::default()
             };
             let n = o.size.div_ceil(bs);
             if n == 0 {

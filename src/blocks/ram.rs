@@ -2,7 +2,9 @@
 //!
 //! Sharding keeps lock hold times short when many readers hit at once; each shard
 //! owns an equal slice of the byte budget. A block larger than a shard's slice is
-//! not cached (it would evict the whole shard for one entry).
+//! not cached (it would evict the whole shard for one entry), so a tier made for
+//! blocks of a given size ([`RamTier::for_blocks`]) has no more shards than it
+//! has room for such blocks.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -11,6 +13,9 @@ use bytes::Bytes;
 use lru::LruCache;
 
 use super::{BlockCache, BlockKey, TierStats};
+
+/// Enough shards that many readers rarely meet on one lock.
+const MAX_SHARDS: u64 = 16;
 
 struct Shard {
     lru: LruCache<BlockKey, Bytes>,
@@ -25,6 +30,13 @@ pub struct RamTier {
 }
 
 impl RamTier {
+    /// A tier of at most `capacity` bytes for blocks of up to `block` bytes: as
+    /// many shards as hold one such block each, at most 16.
+    pub fn for_blocks(capacity: u64, block: u64) -> RamTier {
+        let shards = (capacity / block.max(1)).clamp(1, MAX_SHARDS);
+        RamTier::new(capacity, shards as usize)
+    }
+
     /// A tier of at most `capacity` bytes in `shards` shards (at least one).
     pub fn new(capacity: u64, shards: usize) -> RamTier {
         let shards = shards.max(1);
@@ -128,6 +140,21 @@ mod tests {
         // The most recent blocks are still there.
         assert!(t.get(&BlockKey::new("b", "k", "e", 700, 999)).is_some());
         assert!(t.get(&BlockKey::new("b", "k", "e", 700, 0)).is_none());
+    }
+
+    #[test]
+    fn a_small_tier_still_holds_its_blocks() {
+        // 4 MiB of 1 MiB blocks: 16 shards of 256 KiB would hold none.
+        let t = RamTier::for_blocks(4 << 20, 1 << 20);
+        for i in 0..6u64 {
+            t.insert(
+                BlockKey::new("b", "k", "e", 1 << 20, i),
+                Bytes::from(vec![0u8; 1 << 20]),
+            );
+        }
+        let s = t.stats();
+        assert!(s.blocks >= 3 && s.used_bytes <= 4 << 20, "{s:?}");
+        assert!(t.get(&BlockKey::new("b", "k", "e", 1 << 20, 5)).is_some());
     }
 
     #[test]

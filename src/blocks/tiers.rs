@@ -30,9 +30,6 @@ pub enum Served {
 pub trait Fetch<E>: Future<Output = Result<Bytes, E>> + Send + 'static {}
 impl<E, F: Future<Output = Result<Bytes, E>> + Send + 'static> Fetch<E> for F {}
 
-/// RAM shards: short lock hold times when many readers hit at once.
-const RAM_SHARDS: usize = 16;
-
 /// RAM and disk tiers with single-flight fetches. `L` separates flights for the
 /// same block that must not join each other (a node's fetch from the origin and
 /// its forward to an owner that may come back to it).
@@ -47,10 +44,11 @@ where
     L: Hash + Eq + Clone + Send + Sync + 'static,
     E: Clone + Send + Sync + 'static,
 {
-    /// A RAM tier of `ram_bytes` (0: none) over `disk` (if any).
-    pub fn new(ram_bytes: u64, disk: Option<DiskTier>) -> Self {
+    /// A RAM tier of `ram_bytes` (0: none) for blocks of up to `block` bytes, over
+    /// `disk` (if any).
+    pub fn new(ram_bytes: u64, block: u64, disk: Option<DiskTier>) -> Self {
         let ram: Arc<dyn BlockCache> = if ram_bytes > 0 {
-            Arc::new(RamTier::new(ram_bytes, RAM_SHARDS))
+            Arc::new(RamTier::for_blocks(ram_bytes, block))
         } else {
             Arc::new(NoCache)
         };
@@ -202,7 +200,7 @@ mod tests {
     async fn ram_then_disk_then_one_fetch_then_fill() {
         let dir = tempfile::tempdir().unwrap();
         let (disk, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        let t: Arc<Tiers<(), String>> = Arc::new(Tiers::new(1 << 20, Some(disk)));
+        let t: Arc<Tiers<(), String>> = Arc::new(Tiers::new(1 << 20, 4, Some(disk)));
         let fetches = Arc::new(AtomicUsize::new(0));
         let mut askers = Vec::new();
         for _ in 0..8 {
@@ -230,7 +228,7 @@ mod tests {
         // A fresh RAM tier over the same disk finds it there.
         drop(t);
         let (disk, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        let t: Tiers<(), String> = Tiers::new(1 << 20, Some(disk));
+        let t: Tiers<(), String> = Tiers::new(1 << 20, 4, Some(disk));
         assert_eq!(t.lookup(&key(1)).await.unwrap().1, Served::Disk);
         assert_eq!(t.lookup(&key(1)).await.unwrap().1, Served::Ram);
         assert_eq!(t.remove_object("b", "k").await, 2);

@@ -97,6 +97,7 @@ impl ClusterReader {
 
     pub fn from_parts(p: ReaderParts, opts: ReaderOptions) -> Arc<ClusterReader> {
         let refresh = p.membership.spawn_refresh();
+        let block_size = p.cluster.block_size;
         let router = Arc::new(Router::new(&p.cluster, p.membership, p.clock));
         let limit = opts
             .max_inflight_blocks
@@ -108,7 +109,7 @@ impl ClusterReader {
             origin_attempts: p.origin_attempts,
             cluster: p.cluster,
             nodes: p.nodes,
-            tiers: Tiers::new(opts.ram_bytes, None),
+            tiers: Tiers::new(opts.ram_bytes, block_size, None),
             inflight: Arc::new(Semaphore::new(limit)),
             inflight_limit: limit,
             queue_wait: opts.queue_wait,

@@ -449,3 +449,30 @@ fn flags_meet_the_bounds_of_the_keys_they_set() {
     let c = Config::parse_with("", "test.toml", &keys, &ep).unwrap();
     assert_eq!(c.origin().unwrap().endpoint.as_str(), "http://127.0.0.1:9/");
 }
+
+#[test]
+fn a_ram_tier_must_hold_a_block() {
+    refused(
+        "[node]\n[cache]\nram_size = \"512KiB\"\n",
+        "cache.ram_size",
+        "at least 1.0 MiB",
+    );
+    refused(
+        "[node]\n[cache]\nram_size = \"4MiB\"\n[[rules]]\npattern = \"b/**\"\nblock_size = \"8MiB\"\n",
+        "cache.ram_size",
+        "blocks here are 8.0 MiB",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nblock_size = \"2MiB\"\n[cache]\nram_size = \"1MiB\"\n",
+        "cache.ram_size",
+        "2.0 MiB",
+    );
+    assert!(parse("[node]\n[cache]\nram_size = 0\n").is_ok());
+    assert!(parse("[node]\n[cache]\nram_size = \"4MiB\"\n").is_ok());
+    let small = Overrides {
+        ram_size: Some(units::Size(4096)),
+        ..Default::default()
+    };
+    let e = Config::parse_with("", "test.toml", &env(), &small).unwrap_err();
+    assert_eq!(e.key, "--cache-size");
+}

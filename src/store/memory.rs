@@ -54,7 +54,7 @@ impl MemoryStore {
             size: data.len() as u64,
             etag: etag.clone(),
             last_modified: Some(SystemTime::UNIX_EPOCH),
-            content_type: None,
+            ..Default::default()
         };
         self.buckets
             .write()

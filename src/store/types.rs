@@ -64,6 +64,39 @@ pub struct ObjectMeta {
     pub etag: String,
     pub last_modified: Option<SystemTime>,
     pub content_type: Option<String>,
+    /// The other headers the object was stored with and every answer about it
+    /// carries ([`STORED_HEADERS`], `x-amz-meta-*`), names lower-case.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The headers an object is stored with, beside `Content-Type` and the metadata
+/// (`x-amz-meta-*`): a cache passes them on as the origin gave them.
+pub const STORED_HEADERS: &[&str] = &[
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+    "x-amz-storage-class",
+    "x-amz-version-id",
+    "x-amz-website-redirect-location",
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-bucket-key-enabled",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key-md5",
+    "x-amz-tagging-count",
+    "x-amz-restore",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date",
+    "x-amz-object-lock-legal-hold",
+    "x-amz-replication-status",
+    "x-amz-mp-parts-count",
+];
+
+/// Whether response header `name` (lower-case) is one an object was stored with.
+pub fn is_stored_header(name: &str) -> bool {
+    name.starts_with("x-amz-meta-") || STORED_HEADERS.contains(&name)
 }
 
 /// A GET (or HEAD) of one object.
@@ -77,6 +110,8 @@ pub struct GetObject {
     /// Extra request headers, sent unsigned (a protocol on top of S3 adds its own,
     /// see [`crate::node_proto`]).
     pub headers: Vec<(&'static str, String)>,
+    /// Extra query parameters (`partNumber`, `response-content-type`, ...).
+    pub query: Vec<(&'static str, String)>,
 }
 
 impl GetObject {

@@ -4,7 +4,10 @@
 //! store, with a fault mode ([`Faults`]) and exact request counters ([`Stats`]).
 //! Start it in process with [`Origin::start`], or as the `shoal-test-origin` binary.
 
+mod auth;
 mod faults;
+mod lists;
+mod objects;
 mod s3impl;
 mod server;
 mod store;
@@ -16,8 +19,10 @@ use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+pub use auth::Keys;
 pub use faults::{FaultSettings, Faults, RequestCount, RequestKind, Stats, StatsSnapshot};
-pub use store::{Store, StoredObject};
+pub use lists::s3_url_encode;
+pub use store::{ObjectAttrs, Store, StoredObject};
 
 /// How to start an origin.
 #[derive(Clone, Debug)]
@@ -45,6 +50,8 @@ impl Default for OriginOptions {
 /// A running origin. Dropping it stops the server.
 pub struct Origin {
     pub addr: SocketAddr,
+    /// The keys it accepts; more can be added while it runs.
+    pub keys: auth::Keys,
     pub options: OriginOptions,
     pub store: Arc<Store>,
     pub faults: Arc<Faults>,
@@ -72,10 +79,9 @@ impl Origin {
         let mut builder = s3s::service::S3ServiceBuilder::new(s3impl::MemS3 {
             store: store.clone(),
         });
-        builder.set_auth(s3s::auth::SimpleAuth::from_single(
-            options.access_key.clone(),
-            options.secret_key.clone(),
-        ));
+        let keys = auth::Keys::default();
+        keys.add(&options.access_key, &options.secret_key);
+        builder.set_auth(keys.clone());
         let faults = Arc::new(Faults::default());
         let stats = Arc::new(Stats::default());
         let shared = Arc::new(server::Shared {
@@ -89,6 +95,7 @@ impl Origin {
         }));
         Origin {
             addr,
+            keys,
             options,
             store,
             faults,
@@ -105,8 +112,19 @@ impl Origin {
 
     /// Stores an object directly (no HTTP, not counted), returning its ETag.
     pub fn put(&self, bucket: &str, key: &str, data: impl Into<Bytes>) -> String {
+        self.put_with(bucket, key, data, ObjectAttrs::default())
+    }
+
+    /// [`Self::put`] with the headers a PUT would store.
+    pub fn put_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        data: impl Into<Bytes>,
+        attrs: ObjectAttrs,
+    ) -> String {
         self.store
-            .put(bucket, key, data.into())
+            .put_with(bucket, key, data.into(), attrs)
             .unwrap_or_else(|| panic!("origin has no bucket {bucket}"))
     }
 

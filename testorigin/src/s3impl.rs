@@ -1,8 +1,8 @@
 //! The S3 operations the origin answers, on top of [`Store`].
 //!
 //! `s3s` parses requests, checks SigV4 and writes S3's XML; this file only decides
-//! answers. Conditional headers and ranges behave as on S3: `If-Match` mismatch is
-//! 412, `If-None-Match` match is 304, a range past the end is 416.
+//! answers, as S3 decides them: conditions and ranges ([`crate::objects`]),
+//! listings ([`crate::lists`]), buckets and multipart uploads here.
 
 use std::sync::Arc;
 
@@ -11,6 +11,8 @@ use futures_util::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
+use crate::lists::{self, Encoder};
+use crate::objects::{attrs_of, content_range, span, stored_headers, Conditions, Overrides};
 use crate::store::{Missing, Store, StoredObject, UploadError};
 
 #[derive(Clone)]
@@ -18,7 +20,7 @@ pub struct MemS3 {
     pub store: Arc<Store>,
 }
 
-fn missing(m: Missing) -> s3s::S3Error {
+pub(crate) fn missing(m: Missing) -> s3s::S3Error {
     match m {
         Missing::Bucket => s3_error!(NoSuchBucket),
         Missing::Key => s3_error!(NoSuchKey),
@@ -49,46 +51,6 @@ async fn read_body(body: Option<StreamingBlob>) -> S3Result<Bytes> {
 
 fn etag_of(obj: &StoredObject) -> ETag {
     ETag::Strong(obj.etag.clone())
-}
-
-/// Applies `If-Match` / `If-None-Match` the way S3 does.
-fn check_conditions(
-    obj: &StoredObject,
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-) -> S3Result<()> {
-    if let Some(cond) = if_match {
-        let ok = match cond {
-            ETagCondition::Any => true,
-            ETagCondition::ETag(t) => t.value() == obj.etag,
-        };
-        if !ok {
-            return Err(s3_error!(
-                PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold"
-            ));
-        }
-    }
-    if let Some(cond) = if_none_match {
-        let hit = match cond {
-            ETagCondition::Any => true,
-            ETagCondition::ETag(t) => t.value() == obj.etag,
-        };
-        if hit {
-            return Err(s3_error!(NotModified));
-        }
-    }
-    Ok(())
-}
-
-fn resolve_range(range: Option<Range>, len: u64) -> S3Result<Option<std::ops::Range<u64>>> {
-    match range {
-        None => Ok(None),
-        Some(r) => r
-            .check(len)
-            .map(Some)
-            .map_err(|_| s3_error!(InvalidRange, "The requested range is not satisfiable")),
-    }
 }
 
 #[async_trait::async_trait]
@@ -151,10 +113,11 @@ impl S3 for MemS3 {
         if !self.store.bucket_exists(&input.bucket) {
             return Err(s3_error!(NoSuchBucket));
         }
+        let attrs = attrs_of!(input);
         let data = read_body(input.body).await?;
         let etag = self
             .store
-            .put(&input.bucket, &input.key, data)
+            .put_with(&input.bucket, &input.key, data, attrs)
             .ok_or_else(|| s3_error!(NoSuchBucket))?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(etag)),
@@ -169,7 +132,7 @@ impl S3 for MemS3 {
         let i = req.input;
         let id = self
             .store
-            .create_upload(&i.bucket, &i.key)
+            .create_upload(&i.bucket, &i.key, attrs_of!(i))
             .map_err(missing)?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(i.bucket),
@@ -253,25 +216,25 @@ impl S3 for MemS3 {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
-        check_conditions(&obj, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check(&obj)?;
         let len = obj.data.len() as u64;
-        let range = resolve_range(input.range, len)?;
-        let (content_length, content_range) = match &range {
-            Some(r) => (
-                r.end - r.start,
-                Some(format!("bytes {}-{}/{len}", r.start, r.end - 1)),
-            ),
-            None => (len, None),
-        };
-        Ok(S3Response::new(HeadObjectOutput {
-            content_length: Some(content_length as i64),
-            content_range,
+        let range = span(input.range, len)?;
+        let mut out = HeadObjectOutput {
+            content_length: Some(range.as_ref().map_or(len, |r| r.end - r.start) as i64),
+            content_range: range.as_ref().map(|r| content_range(r, len)),
             e_tag: Some(etag_of(&obj)),
             last_modified: Some(Timestamp::from(obj.last_modified)),
             accept_ranges: Some("bytes".into()),
-            content_type: obj.content_type.clone(),
             ..Default::default()
-        }))
+        };
+        stored_headers!(out, &obj.attrs, Overrides::default());
+        Ok(S3Response::new(out))
     }
 
     async fn get_object(
@@ -280,28 +243,38 @@ impl S3 for MemS3 {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
-        check_conditions(&obj, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check(&obj)?;
         let len = obj.data.len() as u64;
-        let range = resolve_range(input.range, len)?;
-        let (body, content_range) = match &range {
-            Some(r) => (
-                obj.data.slice(r.start as usize..r.end as usize),
-                Some(format!("bytes {}-{}/{len}", r.start, r.end - 1)),
-            ),
-            None => (obj.data.clone(), None),
+        let range = span(input.range, len)?;
+        let body = match &range {
+            Some(r) => obj.data.slice(r.start as usize..r.end as usize),
+            None => obj.data.clone(),
         };
-        let content_length = body.len() as i64;
-        let stream = chunked(body);
-        Ok(S3Response::new(GetObjectOutput {
-            body: Some(StreamingBlob::wrap(stream)),
-            content_length: Some(content_length),
-            content_range,
+        let mut out = GetObjectOutput {
+            content_length: Some(body.len() as i64),
+            content_range: range.as_ref().map(|r| content_range(r, len)),
+            body: Some(StreamingBlob::wrap(chunked(body))),
             e_tag: Some(etag_of(&obj)),
             last_modified: Some(Timestamp::from(obj.last_modified)),
             accept_ranges: Some("bytes".into()),
-            content_type: obj.content_type.clone(),
             ..Default::default()
-        }))
+        };
+        let over = Overrides {
+            content_type: input.response_content_type,
+            cache_control: input.response_cache_control,
+            content_disposition: input.response_content_disposition,
+            content_encoding: input.response_content_encoding,
+            content_language: input.response_content_language,
+            expires: input.response_expires,
+        };
+        stored_headers!(out, &obj.attrs, over);
+        Ok(S3Response::new(out))
     }
 
     async fn list_objects(
@@ -311,31 +284,30 @@ impl S3 for MemS3 {
         let input = req.input;
         let prefix = input.prefix.clone().unwrap_or_default();
         let max_keys = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
-        let page = self
-            .store
-            .list(
-                &input.bucket,
-                &prefix,
-                input.delimiter.as_deref(),
-                input.marker.as_deref(),
-                max_keys,
-            )
-            .map_err(missing)?;
-        let (contents, common_prefixes) = listed_page(&page);
+        let page = lists::page(
+            &self.store,
+            &input.bucket,
+            &prefix,
+            input.delimiter.as_deref(),
+            input.marker.as_deref(),
+            max_keys,
+        )?;
+        let enc = Encoder::new(input.encoding_type.as_ref());
+        let (contents, common_prefixes) = lists::entries(&page, &enc);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(input.bucket),
-            prefix: Some(prefix),
-            marker: input.marker,
-            delimiter: input.delimiter,
+            prefix: Some(enc.s(prefix)),
+            marker: enc.opt(input.marker),
+            delimiter: enc.opt(input.delimiter),
             max_keys: Some(max_keys as i32),
             is_truncated: Some(page.truncated),
             // Version 1 markers are plain keys; a marker at a common prefix skips it.
-            next_marker: if page.truncated {
+            next_marker: enc.opt(
                 page.next_after
-                    .map(|a| a.trim_end_matches(char::MAX).to_owned())
-            } else {
-                None
-            },
+                    .filter(|_| page.truncated)
+                    .map(|a| a.trim_end_matches(char::MAX).to_owned()),
+            ),
+            encoding_type: input.encoding_type,
             contents: (!contents.is_empty()).then_some(contents),
             common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
             ..Default::default()
@@ -363,36 +335,39 @@ impl S3 for MemS3 {
             ),
             None => None,
         };
-        let after = match (token.as_deref(), input.start_after.as_deref()) {
-            (Some(t), _) => Some(t),
-            (None, s) => s,
-        };
-        let page = self
-            .store
-            .list(
-                &input.bucket,
-                &prefix,
-                input.delimiter.as_deref(),
-                after,
-                max_keys,
-            )
-            .map_err(missing)?;
+        let after = token.as_deref().or(input.start_after.as_deref());
+        let page = lists::page(
+            &self.store,
+            &input.bucket,
+            &prefix,
+            input.delimiter.as_deref(),
+            after,
+            max_keys,
+        )?;
+        let enc = Encoder::new(input.encoding_type.as_ref());
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
-        let (contents, common_prefixes) = listed_page(&page);
+        let (contents, common_prefixes) = lists::entries(&page, &enc);
+        let owner = input.fetch_owner.unwrap_or(false).then(owner);
+        let contents = contents
+            .into_iter()
+            .map(|o| Object {
+                owner: owner.clone(),
+                ..o
+            })
+            .collect::<Vec<_>>();
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
-            prefix: Some(prefix),
-            delimiter: input.delimiter,
+            prefix: Some(enc.s(prefix)),
+            delimiter: enc.opt(input.delimiter),
             max_keys: Some(max_keys as i32),
             key_count: Some(key_count),
             is_truncated: Some(page.truncated),
             continuation_token: input.continuation_token,
-            next_continuation_token: if page.truncated {
-                page.next_after.map(|a| hex::encode(a.as_bytes()))
-            } else {
-                None
-            },
-            start_after: input.start_after,
+            next_continuation_token: page
+                .next_after
+                .filter(|_| page.truncated)
+                .map(|a| hex::encode(a.as_bytes())),
+            start_after: enc.opt(input.start_after),
             encoding_type: input.encoding_type,
             contents: (!contents.is_empty()).then_some(contents),
             common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
@@ -401,34 +376,11 @@ impl S3 for MemS3 {
     }
 }
 
-/// A page's objects and common prefixes as S3 listing entries.
-fn listed_page(page: &crate::store::ListPage) -> (Vec<Object>, Vec<CommonPrefix>) {
-    let contents = page
-        .objects
-        .iter()
-        .map(|(key, obj)| listed(key, obj))
-        .collect();
-    let prefixes = page
-        .common_prefixes
-        .iter()
-        .map(|p| CommonPrefix {
-            prefix: Some(p.clone()),
-        })
-        .collect();
-    (contents, prefixes)
-}
-
-/// One listing entry.
-fn listed(key: &str, obj: &StoredObject) -> Object {
-    Object {
-        key: Some(key.to_owned()),
-        size: Some(obj.data.len() as i64),
-        e_tag: Some(etag_of(obj)),
-        last_modified: Some(Timestamp::from(obj.last_modified)),
-        storage_class: Some(ObjectStorageClass::from_static(
-            ObjectStorageClass::STANDARD,
-        )),
-        ..Default::default()
+/// The one account that owns every bucket here.
+fn owner() -> Owner {
+    Owner {
+        display_name: Some("shoal-test".into()),
+        id: Some("75aa57f09aa0c8caeab4f8c24e99d10f8e7faeebf76c078efc7c6caea54ba06a".into()),
     }
 }
 

@@ -11,6 +11,21 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
+/// What a PUT stores beside the bytes, and S3 gives back on every GET and HEAD.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectAttrs {
+    pub content_type: Option<String>,
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
+    pub expires: Option<SystemTime>,
+    /// `x-amz-meta-*`, names lower-cased.
+    pub metadata: BTreeMap<String, String>,
+    /// Absent for STANDARD, as S3 leaves it out.
+    pub storage_class: Option<String>,
+}
+
 /// One stored object version.
 #[derive(Clone, Debug)]
 pub struct StoredObject {
@@ -18,7 +33,7 @@ pub struct StoredObject {
     /// Hex MD5 of the data (the ETag without quotes), as S3 gives for single-part PUTs.
     pub etag: String,
     pub last_modified: SystemTime,
-    pub content_type: Option<String>,
+    pub attrs: ObjectAttrs,
 }
 
 impl StoredObject {
@@ -36,7 +51,7 @@ impl StoredObject {
             data,
             etag,
             last_modified,
-            content_type: None,
+            attrs: ObjectAttrs::default(),
         }
     }
 }
@@ -51,6 +66,7 @@ pub struct Bucket {
 struct Upload {
     bucket: String,
     key: String,
+    attrs: ObjectAttrs,
     parts: BTreeMap<i32, Bytes>,
 }
 
@@ -102,7 +118,19 @@ impl Store {
 
     /// Stores `data` at `key`, returning the new ETag, or `None` if the bucket is missing.
     pub fn put(&self, bucket: &str, key: &str, data: Bytes) -> Option<String> {
-        let obj = StoredObject::new(data);
+        self.put_with(bucket, key, data, ObjectAttrs::default())
+    }
+
+    /// [`Self::put`] with the headers a PUT stores.
+    pub fn put_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        data: Bytes,
+        attrs: ObjectAttrs,
+    ) -> Option<String> {
+        let mut obj = StoredObject::new(data);
+        obj.attrs = attrs;
         let etag = obj.etag.clone();
         let mut b = self.buckets.write().unwrap();
         b.get_mut(bucket)?.objects.insert(key.to_owned(), obj);
@@ -115,7 +143,12 @@ impl Store {
         bucket.objects.get(key).cloned().ok_or(Missing::Key)
     }
 
-    pub fn create_upload(&self, bucket: &str, key: &str) -> Result<String, Missing> {
+    pub fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        attrs: ObjectAttrs,
+    ) -> Result<String, Missing> {
         if !self.bucket_exists(bucket) {
             return Err(Missing::Bucket);
         }
@@ -128,6 +161,7 @@ impl Store {
             Upload {
                 bucket: bucket.to_owned(),
                 key: key.to_owned(),
+                attrs,
                 parts: BTreeMap::new(),
             },
         );
@@ -174,6 +208,7 @@ impl Store {
         let etag = format!("{}-{}", hex::encode(Md5::digest(&digests)), listed.len());
         let mut obj = StoredObject::new(data.freeze());
         obj.etag = etag.clone();
+        obj.attrs = u.attrs.clone();
         let (bucket, key) = (u.bucket.clone(), u.key.clone());
         {
             let mut b = self.buckets.write().unwrap();

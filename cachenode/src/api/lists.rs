@@ -1,171 +1,103 @@
-//! Listings and bucket checks, passed to the origin uncached so ordinary S3 tools
-//! work against a node.
+//! Listings and bucket-level reads (ListObjects v1 and v2, ListBuckets,
+//! GetBucketLocation, HeadBucket), passed through to the origin: the client's
+//! query goes to the origin as it asked it (re-signed with the node's origin
+//! credentials), and the origin's answer comes back as the origin gave it, status,
+//! XML body and all. So `encoding-type`, `fetch-owner`, markers, continuation
+//! tokens, storage classes and error codes are exactly the origin's, and a key no
+//! XML can carry unencoded is the origin's to answer for, as it would be without
+//! a node.
 
-use s3s::dto::*;
+use std::sync::Arc;
+
+use http::Method;
 use s3s::{S3Request, S3Response, S3Result};
-use shoal::store::{ListEntry, ListPage, ListRequest};
 
-use super::error::store_error;
-use super::NodeApi;
+use super::passthrough::{address, forward, query_pairs, signed_or_open};
 use crate::metrics::KindLabel;
+use crate::node::Node;
 
-impl NodeApi {
-    /// Listings of buckets and of objects are one kind of origin request.
-    fn count_origin_list(&self) {
+/// Query parameters that name a bucket subresource this node does not pass on.
+const SUBRESOURCES: &[&str] = &[
+    "accelerate",
+    "acl",
+    "analytics",
+    "cors",
+    "delete",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "policyStatus",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "tagging",
+    "uploads",
+    "versioning",
+    "versions",
+    "website",
+    "shoal-purge",
+];
+
+pub struct ListRoute {
+    pub node: Arc<Node>,
+    /// `auth.mode = "none"`: anonymous requests are served.
+    pub open: bool,
+    /// Base domains of virtual-hosted requests (`bucket.DOMAIN`).
+    pub domains: Vec<String>,
+}
+
+impl ListRoute {
+    /// The bucket a bucket-level request addresses (`""` for the service).
+    fn bucket(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Option<String> {
+        let (bucket, key) = address(uri, headers, &self.domains)?;
+        key.is_empty().then_some(bucket)
+    }
+}
+
+#[async_trait::async_trait]
+impl s3s::route::S3Route for ListRoute {
+    fn is_match(
+        &self,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        _: &mut http::Extensions,
+    ) -> bool {
+        if method != Method::GET && method != Method::HEAD {
+            return false;
+        }
+        let Some(bucket) = self.bucket(uri, headers) else {
+            return false;
+        };
+        let query = query_pairs(uri);
+        if query
+            .iter()
+            .any(|(k, _)| SUBRESOURCES.contains(&k.as_str()))
+        {
+            return false;
+        }
+        // HEAD is HeadBucket; the service root takes only GET (ListBuckets).
+        method == Method::GET || (!bucket.is_empty() && query.is_empty())
+    }
+
+    async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
+        signed_or_open(self.open, req)
+    }
+
+    async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
+        let bucket = self.bucket(&req.uri, &req.headers).unwrap_or_default();
         self.node
             .metrics
             .origin_requests
             .get_or_create(&KindLabel { kind: "list" })
             .inc();
+        forward(&self.node, &req, &bucket, "").await
     }
-
-    async fn list_origin(&self, req: ListRequest) -> S3Result<ListPage> {
-        self.count_origin_list();
-        self.node
-            .origin()
-            .list_objects_v2(&req)
-            .await
-            .map_err(store_error)
-    }
-}
-
-pub async fn list_v2(
-    api: &NodeApi,
-    req: S3Request<ListObjectsV2Input>,
-) -> S3Result<S3Response<ListObjectsV2Output>> {
-    let i = req.input;
-    let page = api
-        .list_origin(ListRequest {
-            bucket: i.bucket.clone(),
-            prefix: i.prefix.clone().unwrap_or_default(),
-            delimiter: i.delimiter.clone(),
-            continuation_token: i.continuation_token.clone(),
-            start_after: i.start_after.clone(),
-            max_keys: i.max_keys.map(|m| m.clamp(0, 1000) as u32),
-        })
-        .await?;
-    let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
-    let (contents, prefixes) = listed(page.objects, page.common_prefixes);
-    Ok(S3Response::new(ListObjectsV2Output {
-        name: Some(i.bucket),
-        prefix: i.prefix,
-        delimiter: i.delimiter,
-        max_keys: Some(i.max_keys.unwrap_or(1000)),
-        key_count: Some(key_count),
-        is_truncated: Some(page.next_continuation_token.is_some()),
-        continuation_token: i.continuation_token,
-        next_continuation_token: page.next_continuation_token,
-        start_after: i.start_after,
-        contents: (!contents.is_empty()).then_some(contents),
-        common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
-        ..Default::default()
-    }))
-}
-
-/// Version 1 listing (rclone, s3fs and older SDKs use it by default), answered
-/// from the origin's version 2: a marker is "start after", and a marker that is
-/// a common prefix of this listing skips every key rolled up into it.
-pub async fn list_v1(
-    api: &NodeApi,
-    req: S3Request<ListObjectsInput>,
-) -> S3Result<S3Response<ListObjectsOutput>> {
-    let i = req.input;
-    let prefix = i.prefix.clone().unwrap_or_default();
-    let start_after = i.marker.as_deref().map(|m| {
-        match (i.delimiter.as_deref(), m.strip_prefix(prefix.as_str())) {
-            (Some(d), Some(rest)) if !d.is_empty() => match rest.find(d) {
-                Some(at) => format!("{prefix}{}{}", &rest[..at + d.len()], char::MAX),
-                None => m.to_owned(),
-            },
-            _ => m.to_owned(),
-        }
-    });
-    let page = api
-        .list_origin(ListRequest {
-            bucket: i.bucket.clone(),
-            prefix: prefix.clone(),
-            delimiter: i.delimiter.clone(),
-            continuation_token: None,
-            start_after,
-            max_keys: i.max_keys.map(|m| m.clamp(0, 1000) as u32),
-        })
-        .await?;
-    let truncated = page.next_continuation_token.is_some();
-    // The last entry in key order, key or common prefix, is where the next
-    // page starts.
-    let next_marker = truncated
-        .then(|| {
-            let last_key = page.objects.last().map(|o| o.key.clone());
-            let last_prefix = page.common_prefixes.last().cloned();
-            last_key.max(last_prefix)
-        })
-        .flatten();
-    let (contents, prefixes) = listed(page.objects, page.common_prefixes);
-    Ok(S3Response::new(ListObjectsOutput {
-        name: Some(i.bucket),
-        prefix: Some(prefix),
-        marker: i.marker,
-        next_marker,
-        delimiter: i.delimiter,
-        max_keys: Some(i.max_keys.unwrap_or(1000)),
-        is_truncated: Some(truncated),
-        contents: (!contents.is_empty()).then_some(contents),
-        common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
-        ..Default::default()
-    }))
-}
-
-pub async fn list_buckets(api: &NodeApi) -> S3Result<S3Response<ListBucketsOutput>> {
-    api.count_origin_list();
-    let buckets = api
-        .node
-        .origin()
-        .list_buckets()
-        .await
-        .map_err(store_error)?
-        .into_iter()
-        .map(|(name, created)| Bucket {
-            name: Some(name),
-            creation_date: created.map(Timestamp::from),
-            bucket_region: None,
-        })
-        .collect();
-    Ok(S3Response::new(ListBucketsOutput {
-        buckets: Some(buckets),
-        ..Default::default()
-    }))
-}
-
-pub async fn head_bucket(
-    api: &NodeApi,
-    req: S3Request<HeadBucketInput>,
-) -> S3Result<S3Response<HeadBucketOutput>> {
-    api.node
-        .origin()
-        .head_bucket(&req.input.bucket)
-        .await
-        .map_err(store_error)?;
-    Ok(S3Response::new(HeadBucketOutput::default()))
-}
-
-/// A listing page as S3 answers it.
-fn listed(objects: Vec<ListEntry>, prefixes: Vec<String>) -> (Vec<Object>, Vec<CommonPrefix>) {
-    let contents = objects
-        .into_iter()
-        .map(|o| Object {
-            key: Some(o.key),
-            size: Some(o.size as i64),
-            e_tag: Some(ETag::Strong(o.etag)),
-            last_modified: o.last_modified.map(Timestamp::from),
-            storage_class: Some(ObjectStorageClass::from_static(
-                ObjectStorageClass::STANDARD,
-            )),
-            ..Default::default()
-        })
-        .collect();
-    let prefixes = prefixes
-        .into_iter()
-        .map(|p| CommonPrefix { prefix: Some(p) })
-        .collect();
-    (contents, prefixes)
 }

@@ -2,10 +2,12 @@
 //!
 //! One file per operation family: [`objects`] (GET, HEAD, through the node's read
 //! path, or [`passthrough`] for keys the rules leave uncached), [`lists`]
-//! (listings and bucket checks, passed to the origin), [`writes`] (a gateway's
-//! PUT, multipart and DELETE), [`purge`] (the purge route). Errors become S3 errors
-//! in one place, [`error`]. This layer uses the node, never the other way round.
+//! (listings and bucket reads, passed through to the origin as they are),
+//! [`writes`] (a gateway's PUT, multipart and DELETE), [`purge`] (the purge
+//! route). Errors become S3 errors in one place, [`error`]. This layer uses the
+//! node, never the other way round.
 
+pub mod auth;
 pub mod error;
 pub mod lists;
 pub mod objects;
@@ -22,6 +24,7 @@ use crate::fanout::Fanout;
 use crate::node::Node;
 use error::{check_key, read_only};
 
+pub use lists::ListRoute;
 pub use objects::byte_span;
 pub use purge::PurgeRoute;
 
@@ -51,30 +54,6 @@ impl S3 for NodeApi {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         objects::head(self, req).await
-    }
-    async fn list_objects_v2(
-        &self,
-        req: S3Request<ListObjectsV2Input>,
-    ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        lists::list_v2(self, req).await
-    }
-    async fn list_objects(
-        &self,
-        req: S3Request<ListObjectsInput>,
-    ) -> S3Result<S3Response<ListObjectsOutput>> {
-        lists::list_v1(self, req).await
-    }
-    async fn list_buckets(
-        &self,
-        _req: S3Request<ListBucketsInput>,
-    ) -> S3Result<S3Response<ListBucketsOutput>> {
-        lists::list_buckets(self).await
-    }
-    async fn head_bucket(
-        &self,
-        req: S3Request<HeadBucketInput>,
-    ) -> S3Result<S3Response<HeadBucketOutput>> {
-        lists::head_bucket(self, req).await
     }
     async fn put_object(
         &self,
@@ -141,5 +120,60 @@ impl S3 for NodeApi {
         _: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         Err(read_only())
+    }
+}
+
+/// The requests s3s hands to us whole instead of to [`NodeApi`]: purges, and the
+/// reads passed through to the origin (listings, bucket reads, uncached objects).
+pub struct Routes {
+    pub purge: PurgeRoute,
+    pub lists: ListRoute,
+    pub objects: passthrough::ObjectRoute,
+}
+
+/// Which route matched, noted on the request between match and call.
+#[derive(Clone, Copy)]
+enum Matched {
+    Purge,
+    List,
+    Object,
+}
+
+#[async_trait::async_trait]
+impl s3s::route::S3Route for Routes {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        ext: &mut http::Extensions,
+    ) -> bool {
+        let which = if self.purge.is_match(method, uri, headers, ext) {
+            Matched::Purge
+        } else if self.lists.is_match(method, uri, headers, ext) {
+            Matched::List
+        } else if self.objects.is_match(method, uri, headers, ext) {
+            Matched::Object
+        } else {
+            return false;
+        };
+        ext.insert(which);
+        true
+    }
+
+    async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
+        match req.extensions.get::<Matched>() {
+            Some(Matched::Purge) => self.purge.check_access(req).await,
+            Some(Matched::Object) => self.objects.check_access(req).await,
+            _ => self.lists.check_access(req).await,
+        }
+    }
+
+    async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
+        match req.extensions.get::<Matched>() {
+            Some(Matched::Purge) => self.purge.call(req).await,
+            Some(Matched::Object) => self.objects.call(req).await,
+            _ => self.lists.call(req).await,
+        }
     }
 }

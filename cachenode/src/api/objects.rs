@@ -50,7 +50,25 @@ pub fn byte_span(range: &Range, size: u64) -> S3Result<(u64, u64, String)> {
 struct Ask<'a> {
     if_match: Option<&'a ETagCondition>,
     if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
     range: Option<Range>,
+}
+
+macro_rules! ask {
+    ($i:expr) => {
+        Ask {
+            if_match: $i.if_match.as_ref(),
+            if_none_match: $i.if_none_match.as_ref(),
+            if_modified_since: $i.if_modified_since.as_ref(),
+            if_unmodified_since: $i.if_unmodified_since.as_ref(),
+            range: $i.range,
+        }
+    };
+}
+
+fn time(t: &Timestamp) -> std::time::SystemTime {
+    std::time::SystemTime::from(time::OffsetDateTime::from(t.clone()))
 }
 
 struct Resolved {
@@ -72,6 +90,8 @@ impl NodeApi {
         let Ask {
             if_match,
             if_none_match,
+            if_modified_since,
+            if_unmodified_since,
             range,
         } = ask;
         check_key(key)?;
@@ -96,10 +116,23 @@ impl NodeApi {
             }
         }
         .map_err(node_error)?;
-        if let Some(c) = if_none_match {
-            if condition_etag(c).is_none_or(|e| e == meta.etag) {
-                return Err(s3_error!(NotModified));
-            }
+        // RFC 7232's order, as S3 keeps it: If-Match (resolved above) else
+        // If-Unmodified-Since may fail the request; then If-None-Match else
+        // If-Modified-Since may make it a 304.
+        let modified = |t: &Timestamp| meta.last_modified.is_none_or(|m| m > time(t));
+        if if_match.is_none() && if_unmodified_since.is_some_and(modified) {
+            return Err(s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ));
+        }
+        let unmodified = match (if_none_match, if_modified_since) {
+            (Some(c), _) => condition_etag(c).is_none_or(|e| e == meta.etag),
+            (None, Some(t)) => !modified(t),
+            (None, None) => false,
+        };
+        if unmodified {
+            return Err(s3_error!(NotModified));
         }
         let (start, end, content_range) = match range {
             None => (0, meta.size, None),
@@ -117,6 +150,29 @@ impl NodeApi {
     }
 }
 
+/// The headers the object was stored with, on an answer, with a GET's
+/// `response-*` overrides in their place.
+fn stored_headers(
+    meta: &ObjectMeta,
+    overrides: &[(&'static str, Option<&str>)],
+) -> http::HeaderMap {
+    let mut h = http::HeaderMap::new();
+    for (name, value) in &meta.headers {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) {
+            h.append(n, v);
+        }
+    }
+    for (name, value) in overrides {
+        if let Some(v) = value.and_then(|v| http::HeaderValue::from_str(v).ok()) {
+            h.insert(*name, v);
+        }
+    }
+    h
+}
+
 pub async fn get(
     api: &NodeApi,
     req: S3Request<GetObjectInput>,
@@ -128,12 +184,6 @@ pub async fn get(
     let i = req.input;
     check_key(&i.key)?;
     let node = &api.node;
-    if !node.policy(&i.bucket, &i.key).cache {
-        if cached_only {
-            return Err(not_cached());
-        }
-        return super::passthrough::get(node, i).await;
-    }
     if cached_only {
         // Not even the version is known here: nothing can be cached.
         let known = i
@@ -145,12 +195,7 @@ pub async fn get(
             return Err(not_cached());
         }
     }
-    let ask = Ask {
-        if_match: i.if_match.as_ref(),
-        if_none_match: i.if_none_match.as_ref(),
-        range: i.range,
-    };
-    let r = api.resolve(&i.bucket, &i.key, ask, true, via).await?;
+    let r = api.resolve(&i.bucket, &i.key, ask!(i), true, via).await?;
     if cached_only
         && !node
             .cached(&i.bucket, &i.key, &r.meta, r.start, r.end)
@@ -162,16 +207,37 @@ pub async fn get(
         .read(&i.bucket, &i.key, &r.meta, r.start, r.end, via)
         .await
         .map_err(node_error)?;
-    Ok(S3Response::new(GetObjectOutput {
+    let expires = i
+        .response_expires
+        .as_ref()
+        .map(|t| httpdate::fmt_http_date(time(t)));
+    let headers = stored_headers(
+        &r.meta,
+        &[
+            ("cache-control", i.response_cache_control.as_deref()),
+            (
+                "content-disposition",
+                i.response_content_disposition.as_deref(),
+            ),
+            ("content-encoding", i.response_content_encoding.as_deref()),
+            ("content-language", i.response_content_language.as_deref()),
+            ("expires", expires.as_deref()),
+        ],
+    );
+    let mut resp = S3Response::new(GetObjectOutput {
         body: Some(StreamingBlob::wrap(body.map_err(std::io::Error::other))),
         content_length: Some((r.end - r.start) as i64),
         content_range: r.content_range,
         e_tag: Some(ETag::Strong(r.meta.etag.clone())),
         last_modified: r.meta.last_modified.map(Timestamp::from),
         accept_ranges: Some("bytes".into()),
-        content_type: r.meta.content_type.clone(),
+        content_type: i
+            .response_content_type
+            .or_else(|| r.meta.content_type.clone()),
         ..Default::default()
-    }))
+    });
+    resp.headers = headers;
+    Ok(resp)
 }
 
 pub async fn head(
@@ -181,16 +247,8 @@ pub async fn head(
     let via = via(api, &req.headers)?;
     let i = req.input;
     check_key(&i.key)?;
-    if !api.node.policy(&i.bucket, &i.key).cache {
-        return super::passthrough::head(&api.node, i).await;
-    }
-    let ask = Ask {
-        if_match: i.if_match.as_ref(),
-        if_none_match: i.if_none_match.as_ref(),
-        range: i.range,
-    };
-    let r = api.resolve(&i.bucket, &i.key, ask, false, via).await?;
-    Ok(S3Response::new(HeadObjectOutput {
+    let r = api.resolve(&i.bucket, &i.key, ask!(i), false, via).await?;
+    let mut resp = S3Response::new(HeadObjectOutput {
         content_length: Some((r.end - r.start) as i64),
         content_range: r.content_range,
         e_tag: Some(ETag::Strong(r.meta.etag.clone())),
@@ -198,5 +256,7 @@ pub async fn head(
         accept_ranges: Some("bytes".into()),
         content_type: r.meta.content_type.clone(),
         ..Default::default()
-    }))
+    });
+    resp.headers = stored_headers(&r.meta, &[]);
+    Ok(resp)
 }

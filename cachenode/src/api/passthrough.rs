@@ -1,69 +1,204 @@
-//! Requests the rules leave uncached: answered straight from the origin, nothing
-//! kept, each counted in `shoal_node_uncached_requests_total`.
+//! What the node does not cache, passed through to the origin as it was asked
+//! (re-signed with the node's origin credentials) and answered as the origin
+//! answered, status, headers and body: keys the rules leave uncached (counted in
+//! `shoal_node_uncached_requests_total`), object reads the node has no blocks for
+//! (`partNumber`, `versionId`), and listings and bucket reads ([`super::lists`]).
+
+use std::sync::Arc;
 
 use futures_util::TryStreamExt;
-use s3s::dto::*;
-use s3s::{S3Response, S3Result};
-use shoal::store::{ByteRange, GetObject};
+use http::Method;
+use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::store_error;
-use super::objects::condition_etag;
 use crate::node::{Node, SyncStream};
 
-fn condition(c: &Option<ETagCondition>) -> Option<String> {
-    condition_etag(c.as_ref()?)
+/// Client headers that change what the origin answers, passed on with a request.
+const PASSED_HEADERS: &[&str] = &[
+    "range",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "x-amz-request-payer",
+    "x-amz-expected-bucket-owner",
+    "x-amz-checksum-mode",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key",
+    "x-amz-server-side-encryption-customer-key-md5",
+];
+
+/// Answer headers that describe one connection or one request, not the answer:
+/// a proxy never copies them.
+const OWN_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "date",
+    "server",
+    "x-amz-request-id",
+    "x-amz-id-2",
+];
+
+/// Object-read query parameters the node has no blocks for.
+const UNCACHED_QUERY: &[&str] = &["partNumber", "versionId"];
+
+/// The query of `uri` as decoded name and value pairs (`+` is a plus, as SigV4
+/// reads it).
+pub fn query_pairs(uri: &http::Uri) -> Vec<(String, String)> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
 }
 
-fn request(bucket: &str, key: &str, range: Option<Range>) -> GetObject {
-    let mut req = GetObject::new(bucket, key);
-    req.range = range.map(|r| match r {
-        Range::Int { first, last } => ByteRange::From { first, last },
-        Range::Suffix { length } => ByteRange::Suffix(length),
-    });
-    req
-}
-
-pub async fn get(node: &Node, i: GetObjectInput) -> S3Result<S3Response<GetObjectOutput>> {
-    node.metrics.uncached_requests.inc();
-    let mut req = request(&i.bucket, &i.key, i.range);
-    req.if_match = condition(&i.if_match);
-    req.if_none_match = condition(&i.if_none_match);
-    let resp = node.origin().get_object(&req).await.map_err(store_error)?;
-    let meta = resp.meta.clone();
-    let content_range = i.range.map(|_| {
-        format!(
-            "bytes {}-{}/{}",
-            resp.start,
-            resp.end.saturating_sub(1),
-            meta.size
+/// Passes `req` on to the origin as `bucket/key` and hands back its answer.
+pub async fn forward(
+    node: &Node,
+    req: &S3Request<s3s::Body>,
+    bucket: &str,
+    key: &str,
+) -> S3Result<S3Response<s3s::Body>> {
+    let passed = PASSED_HEADERS
+        .iter()
+        .filter_map(|h| Some((*h, req.headers.get(*h)?.to_str().ok()?.to_owned())))
+        .collect();
+    let answer = node
+        .origin()
+        .forward(
+            req.method.clone(),
+            bucket,
+            key,
+            query_pairs(&req.uri),
+            passed,
         )
-    });
-    Ok(S3Response::new(GetObjectOutput {
-        content_length: Some((resp.end - resp.start) as i64),
-        body: Some(StreamingBlob::wrap(SyncStream::new(
-            resp.body.map_err(std::io::Error::other),
-        ))),
-        content_range,
-        e_tag: Some(ETag::Strong(meta.etag)),
-        last_modified: meta.last_modified.map(Timestamp::from),
-        accept_ranges: Some("bytes".into()),
-        content_type: meta.content_type,
-        ..Default::default()
-    }))
+        .await
+        .map_err(store_error)?;
+    let body = SyncStream::new(answer.body.map_err(std::io::Error::other));
+    let mut resp = S3Response::new(s3s::Body::from(s3s::dto::StreamingBlob::wrap(body)));
+    resp.status = http::StatusCode::from_u16(answer.status).ok();
+    for (name, value) in &answer.headers {
+        if !OWN_HEADERS.contains(&name.as_str()) {
+            resp.headers.insert(name.clone(), value.clone());
+        }
+    }
+    Ok(resp)
 }
 
-pub async fn head(node: &Node, i: HeadObjectInput) -> S3Result<S3Response<HeadObjectOutput>> {
-    node.metrics.uncached_requests.inc();
-    let mut req = request(&i.bucket, &i.key, None);
-    req.if_match = condition(&i.if_match);
-    req.if_none_match = condition(&i.if_none_match);
-    let meta = node.origin().head_object(&req).await.map_err(store_error)?;
-    Ok(S3Response::new(HeadObjectOutput {
-        content_length: Some(meta.size as i64),
-        e_tag: Some(ETag::Strong(meta.etag)),
-        last_modified: meta.last_modified.map(Timestamp::from),
-        accept_ranges: Some("bytes".into()),
-        content_type: meta.content_type,
-        ..Default::default()
-    }))
+/// The bucket and key a request addresses (`""` for the bucket itself, both `""`
+/// for the service): from a virtual host under one of `domains`, else the path.
+pub fn address(
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+    domains: &[String],
+) -> Option<(String, String)> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .ok()
+            .map(|s| s.into_owned())
+    };
+    let path = uri.path().strip_prefix('/')?;
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(|h| {
+            h.rsplit_once(':')
+                .map_or(h, |(h, _)| h)
+                .to_ascii_lowercase()
+        });
+    let vh = host.and_then(|h| {
+        domains.iter().find_map(|d| {
+            h.strip_suffix(d.as_str())
+                .and_then(|b| b.strip_suffix('.'))
+                .map(str::to_owned)
+        })
+    });
+    match vh {
+        Some(bucket) => Some((bucket, decode(path)?)),
+        None => {
+            let (b, k) = path.split_once('/').unwrap_or((path, ""));
+            Some((decode(b)?, decode(k)?))
+        }
+    }
+}
+
+/// Anonymous requests only where authentication is off.
+pub fn signed_or_open(open: bool, req: &S3Request<s3s::Body>) -> S3Result<()> {
+    if open || req.credentials.is_some() {
+        Ok(())
+    } else {
+        Err(s3s::s3_error!(AccessDenied, "Access Denied"))
+    }
+}
+
+/// Object GETs and HEADs passed through.
+pub struct ObjectRoute {
+    pub node: Arc<Node>,
+    pub open: bool,
+    /// Base domains of virtual-hosted requests (`bucket.DOMAIN/key`).
+    pub domains: Vec<String>,
+}
+
+impl ObjectRoute {
+    fn object(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Option<(String, String)> {
+        address(uri, headers, &self.domains).filter(|(b, k)| !b.is_empty() && !k.is_empty())
+    }
+
+    /// Whether the node passes this object read through rather than serving it.
+    fn passes(&self, method: &Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
+        if method != Method::GET && method != Method::HEAD {
+            return false;
+        }
+        let Some((bucket, key)) = self.object(uri, headers) else {
+            return false;
+        };
+        if shoal::store::s3::key_problem(&key).is_some() {
+            // Refused by the S3 layer with its own error.
+            return false;
+        }
+        let uncached_query = query_pairs(uri)
+            .iter()
+            .any(|(k, _)| UNCACHED_QUERY.contains(&k.as_str()));
+        uncached_query || !self.node.policy(&bucket, &key).cache
+    }
+}
+
+#[async_trait::async_trait]
+impl s3s::route::S3Route for ObjectRoute {
+    fn is_match(
+        &self,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        _: &mut http::Extensions,
+    ) -> bool {
+        self.passes(method, uri, headers)
+    }
+
+    async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
+        signed_or_open(self.open, req)
+    }
+
+    async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
+        if req
+            .headers
+            .contains_key(shoal::node_proto::CACHED_ONLY_HEADER)
+        {
+            return Err(super::error::not_cached());
+        }
+        self.node.metrics.uncached_requests.inc();
+        let (bucket, key) = self.object(&req.uri, &req.headers).unwrap_or_default();
+        forward(&self.node, &req, &bucket, &key).await
+    }
 }

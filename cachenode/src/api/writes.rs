@@ -74,8 +74,7 @@ impl Writes {
             let meta = ObjectMeta {
                 size,
                 etag: etag.to_owned(),
-                last_modified: None,
-                content_type: None,
+                ..Default::default()
             };
             tokio::spawn(warm(
                 reader.clone(),

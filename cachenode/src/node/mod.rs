@@ -82,9 +82,14 @@ impl Node {
             }
             _ => None,
         };
+        let largest = o
+            .rules
+            .iter()
+            .filter_map(|r| r.block_size)
+            .fold(o.block_size, u64::max);
         Ok(Node {
             origin,
-            tiers: Tiers::new(o.ram_bytes, disk),
+            tiers: Tiers::new(o.ram_bytes, largest, disk),
             versions: versions::Versions {
                 metas: Mutex::new(HashMap::new()),
                 heads: Default::default(),

@@ -33,8 +33,19 @@ pub(super) enum Source {
 
 type HeadKey = (String, String, Option<String>, Source);
 
+/// What is known of one object.
+#[derive(Clone)]
+pub(super) struct Known {
+    pub meta: ObjectMeta,
+    /// When the origin last confirmed this version (revalidation, `max_age`).
+    pub checked: Instant,
+    /// When this version was first learned, which its blocks are no older than: a
+    /// rule's `ttl` runs from here, however often the version is confirmed.
+    pub since: Instant,
+}
+
 pub(super) struct Versions {
-    pub metas: Mutex<HashMap<(String, String), (ObjectMeta, Instant)>>,
+    pub metas: Mutex<HashMap<(String, String), Known>>,
     pub heads: Flights<HeadKey, ObjectMeta, NodeError>,
     pub revalidate_after: Duration,
     pub max_age: Duration,
@@ -50,14 +61,14 @@ impl Node {
         policy: &Policy,
     ) -> Option<(ObjectMeta, Duration)> {
         let id = (bucket.to_owned(), key.to_owned());
-        let (meta, at) = self.versions.metas.lock().unwrap().get(&id).cloned()?;
-        let age = at.elapsed();
-        if policy.ttl.is_some_and(|ttl| age >= ttl) {
+        let known = self.versions.metas.lock().unwrap().get(&id).cloned()?;
+        if policy.ttl.is_some_and(|ttl| known.since.elapsed() >= ttl) {
             self.metrics.expired.inc();
             self.purge_object(bucket, key).await;
             return None;
         }
-        (age < self.versions.max_age).then_some((meta, age))
+        let age = known.checked.elapsed();
+        (age < self.versions.max_age).then_some((known.meta, age))
     }
 
     /// Passes `e` on; when it says the version asked for is gone (412, 404), what
@@ -69,14 +80,25 @@ impl Node {
         e
     }
 
+    /// Notes that the origin (or an owner) confirmed `meta` just now.
     fn remember(&self, bucket: &str, key: &str, meta: &ObjectMeta) {
         let mut metas = self.versions.metas.lock().unwrap();
         if metas.len() >= META_ENTRIES {
             metas.clear();
         }
+        let now = Instant::now();
+        let id = (bucket.to_owned(), key.to_owned());
+        let since = match metas.get(&id) {
+            Some(k) if k.meta.etag == meta.etag => k.since,
+            _ => now,
+        };
         metas.insert(
-            (bucket.to_owned(), key.to_owned()),
-            (meta.clone(), Instant::now()),
+            id,
+            Known {
+                meta: meta.clone(),
+                checked: now,
+                since,
+            },
         );
     }
 
@@ -145,9 +167,17 @@ impl Node {
                     Ok(reader.head_forwarded(&b, &k, m.as_deref(), via.hop).await?)
                 }
                 _ => {
-                    let mut req = GetObject::new(b, k);
+                    let mut req = GetObject::new(&b, &k);
                     req.if_match = m;
-                    Ok(origin.head_object(&req).await?)
+                    match origin.head_object(&req).await {
+                        // A HEAD's 404 has no body to say which is missing; the
+                        // origin would have said NoSuchBucket to the GET.
+                        Err(StoreError::NoSuchKey { .. }) => match origin.head_bucket(&b).await {
+                            Err(e @ StoreError::NoSuchBucket { .. }) => Err(e.into()),
+                            _ => Err(StoreError::NoSuchKey { bucket: b, key: k }.into()),
+                        },
+                        r => Ok(r?),
+                    }
                 }
             }
         };
@@ -208,8 +238,8 @@ impl Node {
     /// The version `etag` of an object, if this node knows it already.
     pub fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<ObjectMeta> {
         let metas = self.versions.metas.lock().unwrap();
-        let (meta, at) = metas.get(&(bucket.to_owned(), key.to_owned()))?;
-        (meta.etag == etag && at.elapsed() < self.versions.max_age).then(|| meta.clone())
+        let k = metas.get(&(bucket.to_owned(), key.to_owned()))?;
+        (k.meta.etag == etag && k.checked.elapsed() < self.versions.max_age).then(|| k.meta.clone())
     }
 
     /// Forgets what is known of an object (it changed at the origin).
@@ -225,7 +255,7 @@ impl Node {
     pub(super) fn forget_meta_unless(&self, bucket: &str, key: &str, etag: &str) {
         let mut metas = self.versions.metas.lock().unwrap();
         let id = (bucket.to_owned(), key.to_owned());
-        if metas.get(&id).is_some_and(|(m, _)| m.etag != etag) {
+        if metas.get(&id).is_some_and(|k| k.meta.etag != etag) {
             metas.remove(&id);
         }
     }

@@ -31,7 +31,7 @@ impl Inode {
             size: self.size,
             etag: self.etag.clone(),
             last_modified: Some(self.mtime),
-            content_type: None,
+            ..Default::default()
         })
     }
 }

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::raw::{RawConfig, RawCredentials};
-use super::{credentials, Config, ConfigError, CredentialMode, Env, GatewayConfig};
+use super::{credentials, defaults, Config, ConfigError, CredentialMode, Env, GatewayConfig};
 
 pub(super) struct Validator<'a> {
     pub file: &'a str,
@@ -63,6 +63,35 @@ impl Validator<'_> {
             .map(|n| self.read_window(n))
             .transpose()?;
         let cache = self.cache(raw.cache.unwrap_or_default(), node.is_some())?;
+        let rules = raw
+            .rules
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| self.rule(i, r))
+            .collect::<R<Vec<_>>>()?;
+        // The largest block this program keeps in RAM: a node's blocks (a rule may
+        // make them larger), else the cluster's a reader reads.
+        let largest = match &node {
+            Some(n) => rules
+                .iter()
+                .filter_map(|r| r.block_size)
+                .fold(n.block_size, u64::max),
+            None => cluster
+                .as_ref()
+                .map_or(defaults::CLUSTER_BLOCK_SIZE, |c| c.block_size),
+        };
+        if cache.ram_size > 0 && cache.ram_size < largest {
+            return Err(self.err(
+                "cache.ram_size",
+                format!(
+                    "{} holds no block (blocks here are {}): give at least {}, or 0 for no RAM tier",
+                    bytesize::ByteSize(cache.ram_size).display().iec(),
+                    bytesize::ByteSize(largest).display().iec(),
+                    bytesize::ByteSize(largest).display().iec()
+                ),
+            ));
+        }
         Ok(Config {
             file: self.file.to_owned(),
             origin: raw.origin.map(|o| self.origin(o)).transpose()?,
@@ -86,13 +115,7 @@ impl Validator<'_> {
                     .and_then(|g| g.warm_on_write)
                     .unwrap_or(false),
             },
-            rules: raw
-                .rules
-                .unwrap_or_default()
-                .into_iter()
-                .enumerate()
-                .map(|(i, r)| self.rule(i, r))
-                .collect::<R<Vec<_>>>()?,
+            rules,
         })
     }
 

@@ -27,6 +27,9 @@ pub(super) struct Call<'a> {
     /// The `Range` header, for error messages.
     pub range: Option<String>,
     pub retry: bool,
+    /// Hand back every answer as it came, error statuses too (a request passed
+    /// through for someone else, who should see what the service said).
+    pub raw: bool,
 }
 
 impl<'a> Call<'a> {
@@ -42,6 +45,7 @@ impl<'a> Call<'a> {
             body: Bytes::new(),
             range: None,
             retry: true,
+            raw: false,
         }
     }
     pub fn query(mut self, q: String) -> Self {
@@ -221,7 +225,7 @@ impl S3Client {
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
-        if status.is_success() {
+        if status.is_success() || call.raw {
             return Ok(resp);
         }
         let ctx = ErrorContext {

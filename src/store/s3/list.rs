@@ -11,7 +11,10 @@ use crate::store::{unquote_etag, ListEntry, ListPage, ListRequest, StoreError};
 impl S3Client {
     /// One page of `ListObjectsV2`.
     pub async fn list_objects_v2(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
-        let mut q: Vec<(&str, String)> = vec![("list-type", "2".into())];
+        // Keys come URL-encoded: a key holding a control character or `\r` would
+        // otherwise not survive XML.
+        let mut q: Vec<(&str, String)> =
+            vec![("encoding-type", "url".into()), ("list-type", "2".into())];
         if let Some(t) = &req.continuation_token {
             q.push(("continuation-token", t.clone()));
         }
@@ -29,11 +32,13 @@ impl S3Client {
             .small(Call::new(Method::GET, &req.bucket, "").query(query_string(q)))
             .await?;
         let parsed = xml::parse_list(&body).map_err(|m| self.protocol(m))?;
+        let encoded = parsed.encoding_type.as_deref() == Some("url");
+        let text = |s: String| if encoded { url_decode(&s) } else { s };
         let objects = parsed
             .contents
             .into_iter()
             .map(|c| ListEntry {
-                key: c.key,
+                key: text(c.key),
                 size: c.size,
                 etag: c.etag.as_deref().map(unquote_etag).unwrap_or("").to_owned(),
                 last_modified: c.last_modified.as_deref().and_then(parse_iso8601),
@@ -44,7 +49,7 @@ impl S3Client {
             common_prefixes: parsed
                 .common_prefixes
                 .into_iter()
-                .map(|p| p.prefix)
+                .map(|p| text(p.prefix))
                 .collect(),
             next_continuation_token: if parsed.is_truncated {
                 parsed.next_continuation_token
@@ -78,6 +83,14 @@ impl S3Client {
     }
 }
 
+/// A key of a listing with `encoding-type=url`: S3 form-encodes it (a space is
+/// `+`, a `+` is `%2B`).
+fn url_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 /// `2024-01-02T03:04:05.000Z` as a time.
 pub(crate) fn parse_iso8601(s: &str) -> Option<SystemTime> {
     let s = s.trim();
@@ -105,6 +118,15 @@ pub(crate) fn parse_iso8601(s: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listing_keys_decode_as_s3_encodes_them() {
+        assert_eq!(
+            url_decode("a+b%2Bc%25d%0D%01/%ED%95%9C"),
+            "a b+c%d\r\u{1}/한"
+        );
+        assert_eq!(url_decode("plain/key"), "plain/key");
+    }
 
     #[test]
     fn iso8601() {

@@ -38,6 +38,13 @@ pub mod parse {
     };
 }
 
+/// An answer passed through as it came ([`S3Client::forward`]).
+pub struct Forwarded {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: super::ByteStream,
+}
+
 /// Everything that shapes a client.
 #[derive(Clone, Debug)]
 pub struct S3ClientOptions {
@@ -135,6 +142,37 @@ impl S3Client {
         delimiter: Option<&str>,
     ) -> Result<ListPage, StoreError> {
         super::list_all(self, bucket, prefix, delimiter).await
+    }
+
+    /// A request passed on for someone else: to `bucket/key` (`""` for the bucket
+    /// or the service), signed with this client's credentials, with `query`
+    /// (decoded name and value pairs) and `headers` (signed), and answered with
+    /// whatever the service said, error statuses too; the body streams.
+    pub async fn forward(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: &str,
+        query: Vec<(String, String)>,
+        headers: Vec<(&'static str, String)>,
+    ) -> Result<Forwarded, StoreError> {
+        if !key.is_empty() {
+            self.check_key(key)?;
+        }
+        let q = call::query_string(query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
+        let mut c = call::Call::new(method, bucket, key).query(q);
+        c.signed = headers;
+        c.raw = true;
+        let resp = self.execute(c).await?;
+        Ok(Forwarded {
+            status: resp.status().as_u16(),
+            headers: resp.headers().clone(),
+            body: call::body_stream(
+                resp,
+                self.inner.opts.timeouts.stall,
+                self.inner.label.clone(),
+            ),
+        })
     }
 
     /// A request outside S3's own operations (a protocol on top of it, such as a

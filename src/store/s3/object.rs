@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, Method};
 
-use super::call::{body_stream, Call};
+use super::call::{body_stream, query_string, Call};
 use super::S3Client;
 use crate::store::{unquote_etag, GetObject, GetResponse, ObjectMeta, StoreError};
 
@@ -57,7 +57,9 @@ impl S3Client {
 
     fn object_call<'a>(&self, method: Method, req: &'a GetObject) -> Result<Call<'a>, StoreError> {
         self.check_key(&req.key)?;
-        let mut call = Call::new(method, &req.bucket, &req.key);
+        let mut call = Call::new(method, &req.bucket, &req.key).query(query_string(
+            req.query.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        ));
         if let Some(e) = &req.if_match {
             call.signed
                 .push(("if-match", format!("\"{}\"", unquote_etag(e))));
@@ -104,6 +106,11 @@ impl S3Client {
                 last_modified: get(http::header::LAST_MODIFIED)
                     .and_then(|v| httpdate::parse_http_date(v).ok()),
                 content_type: get(http::header::CONTENT_TYPE).map(str::to_owned),
+                headers: h
+                    .iter()
+                    .filter(|(n, _)| crate::store::is_stored_header(n.as_str()))
+                    .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+                    .collect(),
             },
             start,
             end,

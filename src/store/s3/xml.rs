@@ -26,6 +26,8 @@ pub struct ListBucketResult {
     #[serde(default)]
     pub is_truncated: bool,
     pub next_continuation_token: Option<String>,
+    /// `url` when keys and prefixes are URL-encoded (asked for with `encoding-type`).
+    pub encoding_type: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]

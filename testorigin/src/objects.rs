@@ -1,0 +1,135 @@
+//! GET, HEAD and PUT of objects, answered as S3 answers them: conditional headers
+//! in RFC 7232's order, ranges, the headers a PUT stored, and the `response-*`
+//! overrides of a GET.
+
+use std::ops::Range as Span;
+use std::time::SystemTime;
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Result};
+
+use crate::store::StoredObject;
+
+/// The conditions of a GET or HEAD.
+pub struct Conditions<'a> {
+    pub if_match: Option<&'a ETagCondition>,
+    pub if_none_match: Option<&'a ETagCondition>,
+    pub if_modified_since: Option<&'a Timestamp>,
+    pub if_unmodified_since: Option<&'a Timestamp>,
+}
+
+fn matches(c: &ETagCondition, etag: &str) -> bool {
+    match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(t) => t.value() == etag,
+    }
+}
+
+pub(crate) fn time(t: &Timestamp) -> SystemTime {
+    SystemTime::from(time::OffsetDateTime::from(t.clone()))
+}
+
+impl Conditions<'_> {
+    /// S3's (and RFC 7232's) order: `If-Match`, else `If-Unmodified-Since`, may
+    /// fail the request (412); then `If-None-Match`, else `If-Modified-Since`, may
+    /// make it a 304.
+    pub fn check(&self, obj: &StoredObject) -> S3Result<()> {
+        let failed = match (self.if_match, self.if_unmodified_since) {
+            (Some(c), _) => !matches(c, &obj.etag),
+            (None, Some(t)) => obj.last_modified > time(t),
+            (None, None) => false,
+        };
+        if failed {
+            return Err(s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ));
+        }
+        let unmodified = match (self.if_none_match, self.if_modified_since) {
+            (Some(c), _) => matches(c, &obj.etag),
+            (None, Some(t)) => obj.last_modified <= time(t),
+            (None, None) => false,
+        };
+        if unmodified {
+            return Err(s3_error!(NotModified));
+        }
+        Ok(())
+    }
+}
+
+/// The bytes `range` selects of an object of `len` bytes; none for no range.
+pub fn span(range: Option<Range>, len: u64) -> S3Result<Option<Span<u64>>> {
+    match range {
+        None => Ok(None),
+        Some(r) => match r.check(len) {
+            Ok(s) if s.start < s.end => Ok(Some(s)),
+            _ => Err(s3_error!(
+                InvalidRange,
+                "The requested range is not satisfiable"
+            )),
+        },
+    }
+}
+
+pub fn content_range(s: &Span<u64>, len: u64) -> String {
+    format!("bytes {}-{}/{len}", s.start, s.end - 1)
+}
+
+/// What a PUT (or a multipart upload's start) `input` stores beside the bytes.
+macro_rules! attrs_of {
+    ($input:expr) => {{
+        let i = &$input;
+        $crate::store::ObjectAttrs {
+            content_type: i.content_type.clone(),
+            cache_control: i.cache_control.clone(),
+            content_disposition: i.content_disposition.clone(),
+            content_encoding: i.content_encoding.clone(),
+            content_language: i.content_language.clone(),
+            expires: i.expires.as_ref().map($crate::objects::time),
+            metadata: i
+                .metadata
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                .collect(),
+            storage_class: i
+                .storage_class
+                .as_ref()
+                .map(|c| c.as_str().to_owned())
+                .filter(|c| c != StorageClass::STANDARD),
+        }
+    }};
+}
+pub(crate) use attrs_of;
+
+/// The `response-*` parameters of a GET, which replace stored headers.
+#[derive(Default)]
+pub struct Overrides {
+    pub content_type: Option<String>,
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
+    pub expires: Option<Timestamp>,
+}
+
+/// Fills the stored-header fields of a GET or HEAD output from `attrs`, with
+/// `over` replacing them where given.
+macro_rules! stored_headers {
+    ($out:expr, $attrs:expr, $over:expr) => {{
+        let a = $attrs;
+        let o = $over;
+        $out.content_type = o.content_type.or_else(|| a.content_type.clone());
+        $out.cache_control = o.cache_control.or_else(|| a.cache_control.clone());
+        $out.content_disposition = o
+            .content_disposition
+            .or_else(|| a.content_disposition.clone());
+        $out.content_encoding = o.content_encoding.or_else(|| a.content_encoding.clone());
+        $out.content_language = o.content_language.or_else(|| a.content_language.clone());
+        $out.expires = o.expires.or_else(|| a.expires.map(Timestamp::from));
+        $out.metadata = (!a.metadata.is_empty()).then(|| a.metadata.clone().into_iter().collect());
+        $out.storage_class = a.storage_class.clone().map(StorageClass::from);
+    }};
+}
+pub(crate) use stored_headers;
