@@ -137,7 +137,7 @@ async fn handle(
                 strip_signature(&mut req);
             }
             match hyper::service::Service::call(&app.s3, req).await {
-                Ok(r) => r.map(|b| b.boxed_unsync()),
+                Ok(r) => partial_head(&method, r.map(|b| b.boxed_unsync())),
                 Err(e) => {
                     tracing::error!("S3 service error: {e:?}");
                     text(
@@ -158,6 +158,17 @@ async fn handle(
         })
         .inc();
     Ok(resp)
+}
+
+/// s3s answers every HEAD with 200; S3 answers a HEAD of a range as its GET, 206.
+pub fn partial_head<B>(method: &Method, mut resp: Response<B>) -> Response<B> {
+    if method == Method::HEAD
+        && resp.status() == StatusCode::OK
+        && resp.headers().contains_key(http::header::CONTENT_RANGE)
+    {
+        *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    }
+    resp
 }
 
 /// With authentication off, a signed request is read as an anonymous one.

@@ -530,6 +530,44 @@ async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_ttl_expires_a_key_that_plain_reads_keep_revalidating() {
+    // Reads without If-Match revalidate the version every 200 ms; the ttl (1 s)
+    // still runs from when the blocks were fetched.
+    let origin = origin().await;
+    let node = node_for(
+        &origin,
+        "revalidate_after = \"200ms\"",
+        &format!("[[rules]]\npattern = \"{BUCKET}/hot/**\"\nttl = \"1s\"\n"),
+    )
+    .await;
+    let body = data(100_000, 41);
+    origin.put(BUCKET, "hot/r", body.clone());
+    origin.stats.reset();
+    let fetched = Instant::now();
+    assert_eq!(get(node.addr, "hot/r", None).await.unwrap(), body);
+    let refetched = std::sync::Mutex::new(None);
+    wait_for("the ttl expires the block", Duration::from_secs(5), || async {
+        assert_eq!(get(node.addr, "hot/r", None).await.unwrap(), body);
+        let gets = origin.stats.snapshot().gets_of(BUCKET, "hot/r");
+        if gets >= 2 {
+            *refetched.lock().unwrap() = Some(fetched.elapsed());
+        }
+        gets >= 2
+    })
+    .await;
+    let at = refetched.lock().unwrap().unwrap();
+    assert!(at >= Duration::from_secs(1), "expired after {at:?}, before its ttl");
+    assert!(
+        origin.stats.snapshot().count("HEAD") >= 2,
+        "the reads revalidated in between"
+    );
+    assert_eq!(
+        value(node.addr, "shoal_node_expired_objects_total").await,
+        1.0
+    );
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {

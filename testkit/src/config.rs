@@ -7,22 +7,28 @@ use super::{NodeProcess, NODE_KEY, NODE_SECRET};
 
 /// An `[origin]` section for `o`, with quick backoff.
 pub fn origin_toml(o: &Origin) -> String {
+    origin_section(&o.endpoint(), &o.options.access_key, &o.options.secret_key)
+}
+
+/// An `[origin]` section for any S3 endpoint, with quick backoff.
+pub fn origin_section(endpoint: &str, access: &str, secret: &str) -> String {
     format!(
-        "[origin]\nendpoint = \"{}\"\nretry_base = \"5ms\"\nretry_max = \"50ms\"\n\
-         [origin.credentials]\naccess_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
-        o.endpoint(),
-        o.options.access_key,
-        o.options.secret_key
+        "[origin]\nendpoint = \"{endpoint}\"\nretry_base = \"5ms\"\nretry_max = \"50ms\"\n\
+         [origin.credentials]\naccess_key_id = \"{access}\"\nsecret_access_key = \"{secret}\"\n"
     )
 }
 
 /// A node's config for `o`: `[node]` on an ephemeral loopback port with
 /// `node_extra` in it, `[auth]` taking [`NODE_KEY`], then `rest` (more sections).
 pub fn node_toml(o: &Origin, node_extra: &str, rest: &str) -> String {
+    node_section(&origin_toml(o), node_extra, rest)
+}
+
+/// A node's config with `origin` as its `[origin]` section ([`node_toml`]).
+pub fn node_section(origin: &str, node_extra: &str, rest: &str) -> String {
     format!(
-        "{}[node]\nlisten = \"127.0.0.1:0\"\n{node_extra}\n[auth]\n[[auth.keys]]\n\
-         access_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n{rest}\n",
-        origin_toml(o)
+        "{origin}[node]\nlisten = \"127.0.0.1:0\"\n{node_extra}\n[auth]\n[[auth.keys]]\n\
+         access_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n{rest}\n"
     )
 }
 

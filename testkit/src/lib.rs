@@ -7,14 +7,18 @@ mod client;
 mod config;
 mod data;
 mod metrics;
+mod moto;
 mod origin;
 mod procs;
 mod wait;
 
 pub use client::{client_options, node_s3_client};
-pub use config::{cluster_toml, mount_toml, node_toml, origin_toml, parse};
+pub use config::{
+    cluster_toml, mount_toml, node_section, node_toml, origin_section, origin_toml, parse,
+};
 pub use data::data;
 pub use metrics::{metric, metric_required, scrape};
+pub use moto::Moto;
 pub use origin::{origin, origin_client, BUCKET};
 pub use procs::{bin, free_addr, is_mounted, q, sh, sh_ok, signal, Mount, NodeProcess};
 pub use wait::{wait_for, wait_until};

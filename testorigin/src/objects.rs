@@ -57,8 +57,27 @@ impl Conditions<'_> {
     }
 }
 
-/// The bytes `range` selects of an object of `len` bytes; none for no range.
-pub fn span(range: Option<Range>, len: u64) -> S3Result<Option<Span<u64>>> {
+/// The bytes a GET or HEAD selects: part `part_number`, else `range`; none for
+/// the whole object.
+pub fn span(
+    obj: &StoredObject,
+    part_number: Option<i32>,
+    range: Option<Range>,
+) -> S3Result<Option<Span<u64>>> {
+    let len = obj.data.len() as u64;
+    if let Some(n) = part_number {
+        return match obj.part(n) {
+            Some(p) if p.start < p.end => Ok(Some(p)),
+            _ => {
+                let mut e = s3s::S3Error::with_message(
+                    s3s::S3ErrorCode::Custom("InvalidPartNumber".into()),
+                    "The requested partnumber is not satisfiable",
+                );
+                e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+                Err(e)
+            }
+        };
+    }
     match range {
         None => Ok(None),
         Some(r) => match r.check(len) {

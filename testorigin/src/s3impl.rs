@@ -224,7 +224,7 @@ impl S3 for MemS3 {
         }
         .check(&obj)?;
         let len = obj.data.len() as u64;
-        let range = span(input.range, len)?;
+        let range = span(&obj, input.part_number, input.range)?;
         let mut out = HeadObjectOutput {
             content_length: Some(range.as_ref().map_or(len, |r| r.end - r.start) as i64),
             content_range: range.as_ref().map(|r| content_range(r, len)),
@@ -234,6 +234,7 @@ impl S3 for MemS3 {
             ..Default::default()
         };
         stored_headers!(out, &obj.attrs, Overrides::default());
+        out.parts_count = parts_count(&obj, input.part_number);
         Ok(S3Response::new(out))
     }
 
@@ -251,7 +252,7 @@ impl S3 for MemS3 {
         }
         .check(&obj)?;
         let len = obj.data.len() as u64;
-        let range = span(input.range, len)?;
+        let range = span(&obj, input.part_number, input.range)?;
         let body = match &range {
             Some(r) => obj.data.slice(r.start as usize..r.end as usize),
             None => obj.data.clone(),
@@ -274,6 +275,7 @@ impl S3 for MemS3 {
             expires: input.response_expires,
         };
         stored_headers!(out, &obj.attrs, over);
+        out.parts_count = parts_count(&obj, input.part_number);
         Ok(S3Response::new(out))
     }
 
@@ -382,6 +384,13 @@ fn owner() -> Owner {
         display_name: Some("shoal-test".into()),
         id: Some("75aa57f09aa0c8caeab4f8c24e99d10f8e7faeebf76c078efc7c6caea54ba06a".into()),
     }
+}
+
+/// `x-amz-mp-parts-count`, answered to a read of one part of a multipart object.
+fn parts_count(obj: &StoredObject, part_number: Option<i32>) -> Option<i32> {
+    part_number
+        .filter(|_| !obj.parts.is_empty())
+        .map(|_| obj.parts.len() as i32)
 }
 
 /// Splits a body into 256 KiB chunks so the fault layer can pace and cut it.

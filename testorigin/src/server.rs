@@ -71,6 +71,7 @@ async fn handle(
     }
     let kind = request_kind(&req);
     let is_get = kind.method == "GET";
+    let kind_is_head = kind.method == "HEAD";
     shared.stats.record(kind);
 
     let f = shared.faults.get();
@@ -104,7 +105,14 @@ async fn handle(
             ));
         }
     };
-    let (parts, body) = resp.into_parts();
+    let (mut parts, body) = resp.into_parts();
+    // s3s answers every HEAD with 200; S3 answers a HEAD of a range as its GET, 206.
+    if kind_is_head
+        && parts.status == StatusCode::OK
+        && parts.headers.contains_key(http::header::CONTENT_RANGE)
+    {
+        parts.status = StatusCode::PARTIAL_CONTENT;
+    }
     let len: u64 = parts
         .headers
         .get(http::header::CONTENT_LENGTH)

@@ -34,9 +34,22 @@ pub struct StoredObject {
     pub etag: String,
     pub last_modified: SystemTime,
     pub attrs: ObjectAttrs,
+    /// The sizes of its parts, for an object a multipart upload made.
+    pub parts: Vec<u64>,
 }
 
 impl StoredObject {
+    /// The bytes of part `n` (from 1): a whole object is its own part 1.
+    pub fn part(&self, n: i32) -> Option<std::ops::Range<u64>> {
+        let len = self.data.len() as u64;
+        if self.parts.is_empty() {
+            return (n == 1).then_some(0..len);
+        }
+        let i = usize::try_from(n).ok()?.checked_sub(1)?;
+        let start: u64 = self.parts.get(..i)?.iter().sum();
+        Some(start..start + *self.parts.get(i)?)
+    }
+
     pub fn new(data: Bytes) -> Self {
         let etag = hex::encode(Md5::digest(&data));
         // S3 times have one-second resolution in HTTP dates; keep ours the same so a
@@ -52,6 +65,7 @@ impl StoredObject {
             etag,
             last_modified,
             attrs: ObjectAttrs::default(),
+            parts: Vec::new(),
         }
     }
 }
@@ -191,6 +205,7 @@ impl Store {
         let u = uploads.get(id).ok_or(UploadError::NoSuchUpload)?;
         let mut data = bytes::BytesMut::new();
         let mut digests = Vec::new();
+        let mut sizes = Vec::new();
         let mut last = 0;
         for (n, etag) in listed {
             if *n <= last {
@@ -203,12 +218,14 @@ impl Store {
                 return Err(UploadError::InvalidPart(*n));
             }
             digests.extend_from_slice(&digest);
+            sizes.push(part.len() as u64);
             data.extend_from_slice(part);
         }
         let etag = format!("{}-{}", hex::encode(Md5::digest(&digests)), listed.len());
         let mut obj = StoredObject::new(data.freeze());
         obj.etag = etag.clone();
         obj.attrs = u.attrs.clone();
+        obj.parts = sizes;
         let (bucket, key) = (u.bucket.clone(), u.key.clone());
         {
             let mut b = self.buckets.write().unwrap();

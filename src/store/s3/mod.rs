@@ -25,7 +25,7 @@ use http::Method;
 use super::{GetObject, GetResponse, ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError};
 use crate::config::{Addressing, CredentialMode, OriginConfig, RetryPolicy, Timeouts};
 
-pub use encode::{key_problem, query_value};
+pub use encode::{key_problem, path as encode_path, query_value};
 pub use sign::{Payload, Signer};
 
 /// The parsers of what an S3 server sends back, public so that the fuzz targets
