@@ -362,7 +362,8 @@ fn cases(etag: &str) -> Vec<(String, Req)> {
     let future = "Fri, 01 Jan 2100 00:00:00 GMT";
     // With S3's documented answer (RFC 7232's order; S3's docs spell out both
     // pairs at the end).
-    let conditions: Vec<(&str, Vec<(&str, &str)>, u16)> = vec![
+    type Condition<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+    let conditions: Vec<Condition> = vec![
         ("If-Match right", vec![("if-match", &quoted)], 200),
         ("If-Match wrong", vec![("if-match", "\"0123\"")], 412),
         ("If-Match *", vec![("if-match", "*")], 200),
