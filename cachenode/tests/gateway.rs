@@ -547,17 +547,24 @@ async fn a_rule_ttl_expires_a_key_that_plain_reads_keep_revalidating() {
     let fetched = Instant::now();
     assert_eq!(get(node.addr, "hot/r", None).await.unwrap(), body);
     let refetched = std::sync::Mutex::new(None);
-    wait_for("the ttl expires the block", Duration::from_secs(5), || async {
-        assert_eq!(get(node.addr, "hot/r", None).await.unwrap(), body);
-        let gets = origin.stats.snapshot().gets_of(BUCKET, "hot/r");
-        if gets >= 2 {
-            *refetched.lock().unwrap() = Some(fetched.elapsed());
-        }
-        gets >= 2
-    })
+    wait_for(
+        "the ttl expires the block",
+        Duration::from_secs(5),
+        || async {
+            assert_eq!(get(node.addr, "hot/r", None).await.unwrap(), body);
+            let gets = origin.stats.snapshot().gets_of(BUCKET, "hot/r");
+            if gets >= 2 {
+                *refetched.lock().unwrap() = Some(fetched.elapsed());
+            }
+            gets >= 2
+        },
+    )
     .await;
     let at = refetched.lock().unwrap().unwrap();
-    assert!(at >= Duration::from_secs(1), "expired after {at:?}, before its ttl");
+    assert!(
+        at >= Duration::from_secs(1),
+        "expired after {at:?}, before its ttl"
+    );
     assert!(
         origin.stats.snapshot().count("HEAD") >= 2,
         "the reads revalidated in between"

@@ -1,0 +1,268 @@
+//! S3 clients as users run them, through a node: boto3, the aws CLI, rclone, s3fs
+//! and mountpoint-s3 list and read byte for byte, and mountpoint-s3 mounts both a
+//! node and the test origin itself. Each tool runs as a real process.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use common::*;
+use md5::Digest;
+
+/// What every client reads. Keys with control characters are for the API clients
+/// only: no file system can name them.
+fn files() -> BTreeMap<&'static str, Bytes> {
+    BTreeMap::from([
+        ("data/one.bin", data(3 * (1 << 20) + 7, 1)),
+        ("data/two.txt", data(1000, 2)),
+        ("data/sub dir/three+x.txt", data(77, 3)),
+        ("data/uni/日本語.txt", data(12, 4)),
+        ("data/empty", Bytes::new()),
+    ])
+}
+
+const ODD: &[(&str, &[u8])] = &[("odd/a\u{1}b", b"ctl"), ("odd/c\rd", b"cr")];
+
+async fn setup() -> (Origin, TestNode) {
+    let o = origin().await;
+    for (k, b) in files() {
+        o.put(BUCKET, k, b);
+    }
+    for (k, b) in ODD {
+        o.put(BUCKET, k, Bytes::from_static(b));
+    }
+    let node = node_for(&o, "", "").await;
+    (o, node)
+}
+
+/// `cmd` with the node's key in the environment, as a user sets it.
+async fn run(cmd: &str) -> String {
+    sh_ok(&format!(
+        "export AWS_ACCESS_KEY_ID={NODE_KEY} AWS_SECRET_ACCESS_KEY={NODE_SECRET} \
+         AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true; {cmd}"
+    ))
+    .await
+}
+
+/// Every file of `files()` under `dir` equals its bytes, and nothing else is there.
+fn same_tree(dir: &Path) {
+    for (k, b) in files() {
+        let got = std::fs::read(dir.join(k.trim_start_matches("data/")))
+            .unwrap_or_else(|e| panic!("{k} under {}: {e}", dir.display()));
+        assert!(got == b, "{k} differs under {}", dir.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_lists_odd_keys_and_reads_through_a_node() {
+    let (_o, node) = setup().await;
+    let script = r#"
+import hashlib, sys, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+keys = []
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[2], PaginationConfig={"PageSize": 2}):
+    keys += [o["Key"] for o in page.get("Contents", [])]
+for k in sorted(keys):
+    body = s3.get_object(Bucket=sys.argv[2], Key=k)["Body"].read()
+    print(repr(k), hashlib.md5(body).hexdigest())
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.py");
+    std::fs::write(&path, script).unwrap();
+    let out = run(&format!(
+        "python3 {} http://{} {BUCKET}",
+        q(&path),
+        node.addr
+    ))
+    .await;
+    let mut want: Vec<String> = files()
+        .iter()
+        .map(|(k, b)| (k.to_string(), b.clone()))
+        .chain(
+            ODD.iter()
+                .map(|(k, b)| (k.to_string(), Bytes::from_static(b))),
+        )
+        .map(|(k, b)| format!("{} {:x}", python_repr(&k), md5::Md5::digest(&b)))
+        .collect();
+    want.sort();
+    let mut got: Vec<String> = out.lines().map(str::to_owned).collect();
+    got.sort();
+    assert_eq!(got, want, "boto3 through the node");
+}
+
+/// How Python's `repr` writes these keys.
+fn python_repr(k: &str) -> String {
+    let mut s = String::from("'");
+    for c in k.chars() {
+        match c {
+            '\r' => s.push_str("\\r"),
+            '\u{1}' => s.push_str("\\x01"),
+            '\'' => s.push_str("\\'"),
+            c => s.push(c),
+        }
+    }
+    s.push('\'');
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_cli_lists_and_copies_through_a_node() {
+    let (_o, node) = setup().await;
+    let ep = format!("--endpoint-url http://{}", node.addr);
+    let listing = run(&format!("aws s3 ls --recursive s3://{BUCKET}/data/ {ep}")).await;
+    for k in files().keys() {
+        assert!(
+            listing.contains(k.trim_start_matches("data/").rsplit('/').next().unwrap()),
+            "{k} not in:\n{listing}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    run(&format!(
+        "aws s3 cp --recursive --only-show-errors s3://{BUCKET}/data/ {} {ep}",
+        q(dir.path())
+    ))
+    .await;
+    same_tree(dir.path());
+    // The API view of the odd keys, encoded by the CLI itself.
+    let keys = run(&format!(
+        "aws s3api list-objects-v2 --bucket {BUCKET} --prefix odd/ --query 'Contents[].Key' --output json {ep}"
+    ))
+    .await;
+    assert!(
+        keys.contains("a\\u0001b") && keys.contains("c\\rd"),
+        "{keys}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rclone_lists_and_copies_through_a_node() {
+    let (_o, node) = setup().await;
+    let env = format!(
+        "unset AWS_CA_BUNDLE; export RCLONE_CONFIG_N_TYPE=s3 RCLONE_CONFIG_N_PROVIDER=Other \
+         RCLONE_CONFIG_N_ENDPOINT=http://{} RCLONE_CONFIG_N_ACCESS_KEY_ID={NODE_KEY} \
+         RCLONE_CONFIG_N_SECRET_ACCESS_KEY={NODE_SECRET} RCLONE_CONFIG_N_FORCE_PATH_STYLE=true;",
+        node.addr
+    );
+    let listing = run(&format!("{env} rclone lsf -R n:{BUCKET}/data")).await;
+    for k in files().keys() {
+        assert!(
+            listing.lines().any(|l| l == k.trim_start_matches("data/")),
+            "{k} not in:\n{listing}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    run(&format!(
+        "{env} rclone copy n:{BUCKET}/data {}",
+        q(dir.path())
+    ))
+    .await;
+    same_tree(dir.path());
+}
+
+/// Unmounts `dir`, waiting out a busy moment.
+async fn unmount(dir: &Path) {
+    let cmd = format!("fusermount3 -u {d} || fusermount -u {d}", d = q(dir));
+    wait_for("unmount", std::time::Duration::from_secs(5), || {
+        let cmd = cmd.clone();
+        async move { sh(&cmd).await.status.success() }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3fs_mounts_a_node_and_reads_it() {
+    let (_o, node) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let pw = dir.path().join("passwd");
+    std::fs::write(&pw, format!("{NODE_KEY}:{NODE_SECRET}\n")).unwrap();
+    sh_ok(&format!("chmod 600 {}", q(&pw))).await;
+    sh_ok(&format!(
+        "s3fs {BUCKET} {} -o url=http://{},use_path_request_style,passwd_file={},nonempty",
+        q(&mnt),
+        node.addr,
+        q(&pw)
+    ))
+    .await;
+    wait_for(
+        "s3fs mounts",
+        std::time::Duration::from_secs(20),
+        || async { is_mounted(&mnt) },
+    )
+    .await;
+    let listing = sh_ok(&format!("ls -R {}", q(&mnt.join("data")))).await;
+    let read = std::panic::AssertUnwindSafe(async { same_tree(&mnt.join("data")) });
+    let checked = futures_util::FutureExt::catch_unwind(read).await;
+    unmount(&mnt).await;
+    assert!(listing.contains("three+x.txt"), "{listing}");
+    if let Err(p) = checked {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// The mountpoint-s3 build beside the project (`shared/peers/mount-s3`), or
+/// `SHOAL_MOUNT_S3`.
+fn mount_s3() -> Option<PathBuf> {
+    let p = std::env::var_os("SHOAL_MOUNT_S3")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers/mount-s3")
+        });
+    p.exists().then_some(p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mountpoint_s3_mounts_a_node_and_the_test_origin() {
+    let Some(bin) = mount_s3() else {
+        eprintln!(
+            "mountpoint-s3 is not here (shared/peers/mount-s3, or SHOAL_MOUNT_S3): \
+             its leg of the client matrix did not run"
+        );
+        return;
+    };
+    let (o, node) = setup().await;
+    let targets = [
+        (
+            "node",
+            format!("http://{}", node.addr),
+            NODE_KEY.to_owned(),
+            NODE_SECRET.to_owned(),
+        ),
+        (
+            "test origin",
+            o.endpoint(),
+            o.options.access_key.clone(),
+            o.options.secret_key.clone(),
+        ),
+    ];
+    for (what, endpoint, key, secret) in targets {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        // Its bucket check lists with max-keys=0 and refuses a truncated answer.
+        let out = sh(&format!(
+            "AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} AWS_EC2_METADATA_DISABLED=true \
+             {} {BUCKET} {} --endpoint-url {endpoint} --force-path-style --region us-east-1",
+            q(&bin),
+            q(&mnt)
+        ))
+        .await;
+        assert!(
+            out.status.success(),
+            "mountpoint-s3 cannot mount the {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let read = std::panic::AssertUnwindSafe(async { same_tree(&mnt.join("data")) });
+        let checked = futures_util::FutureExt::catch_unwind(read).await;
+        unmount(&mnt).await;
+        if let Err(p) = checked {
+            eprintln!("through mountpoint-s3 on the {what}:");
+            std::panic::resume_unwind(p);
+        }
+    }
+}
