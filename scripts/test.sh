@@ -9,6 +9,10 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 # The chaos test puts nodes in network namespaces (ip netns, veth).
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# The client matrix runs real S3 clients through a node; mountpoint-s3 needs libfuse2.
+command -v rclone >/dev/null 2>&1 || need_apt+=(rclone)
+command -v s3fs >/dev/null 2>&1 || need_apt+=(s3fs)
+[ -e /lib/x86_64-linux-gnu/libfuse.so.2 ] || [ -e /usr/lib/x86_64-linux-gnu/libfuse.so.2 ] || need_apt+=(libfuse2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -16,6 +20,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 python3 -c 'import boto3' 2>/dev/null || { echo "== installing boto3"; python3 -m pip install --quiet boto3; }
+# moto's S3 server is the conformance suite's independent origin; the aws CLI is
+# one of the clients it runs.
+python3 -c 'import moto.server, flask' 2>/dev/null || { echo "== installing moto[server]"; python3 -m pip install --quiet 'moto[server]'; }
+python3 -c 'import awscli' 2>/dev/null || { echo "== installing the aws CLI"; python3 -m pip install --quiet awscli; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 

@@ -113,7 +113,7 @@ fn python_repr(k: &str) -> String {
 async fn the_aws_cli_lists_and_copies_through_a_node() {
     let (_o, node) = setup().await;
     let ep = format!("--endpoint-url http://{}", node.addr);
-    let listing = run(&format!("aws s3 ls --recursive s3://{BUCKET}/data/ {ep}")).await;
+    let listing = run(&format!("python3 -m awscli s3 ls --recursive s3://{BUCKET}/data/ {ep}")).await;
     for k in files().keys() {
         assert!(
             listing.contains(k.trim_start_matches("data/").rsplit('/').next().unwrap()),
@@ -122,14 +122,14 @@ async fn the_aws_cli_lists_and_copies_through_a_node() {
     }
     let dir = tempfile::tempdir().unwrap();
     run(&format!(
-        "aws s3 cp --recursive --only-show-errors s3://{BUCKET}/data/ {} {ep}",
+        "python3 -m awscli s3 cp --recursive --only-show-errors s3://{BUCKET}/data/ {} {ep}",
         q(dir.path())
     ))
     .await;
     same_tree(dir.path());
     // The API view of the odd keys, encoded by the CLI itself.
     let keys = run(&format!(
-        "aws s3api list-objects-v2 --bucket {BUCKET} --prefix odd/ --query 'Contents[].Key' --output json {ep}"
+        "python3 -m awscli s3api list-objects-v2 --bucket {BUCKET} --prefix odd/ --query 'Contents[].Key' --output json {ep}"
     ))
     .await;
     assert!(
