@@ -20,12 +20,15 @@
 //! - [`cluster`]: the cluster reader: blocks from their owners with failover,
 //!   hedging and origin fallback.
 //! - [`exposition`]: `/metrics` in the format the scraper asks for.
-//! - [`notify`]: telling systemd a service is ready.
+//! - [`notify`]: telling systemd a service is ready; [`log_limit`]: log lines that
+//!   repeat at most once per interval; [`fd_limit`]: room for many connections.
 
 pub mod blocks;
 pub mod cluster;
 pub mod config;
 pub mod exposition;
+pub mod fd_limit;
+pub mod log_limit;
 pub mod node_proto;
 pub mod notify;
 pub mod route;

@@ -8,6 +8,7 @@
 //! the other way round.
 
 pub mod api;
+pub mod connections;
 pub mod fanout;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -194,6 +195,7 @@ pub fn build(
             s3: builder.build(),
             registry,
             open,
+            limits: connections::Limits::of(node_cfg),
         }),
         tls,
     ))

@@ -67,6 +67,15 @@ fn main() -> ExitCode {
 
 async fn run(cfg: Config) -> Result<(), String> {
     let node_cfg = cfg.node().map_err(|e| e.to_string())?.clone();
+    // A socket per connection, plus block files and origin connections.
+    match shoal::fd_limit::raise() {
+        Ok(n) if (n as usize) < node_cfg.max_connections + 256 => tracing::warn!(
+            "open-file limit is {n}, below node.max_connections ({}) plus room for the disk and origin: connections past the limit fail to be accepted",
+            node_cfg.max_connections
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
     let (app, tls) = shoal_node::build(&cfg, None)?;
     let addr = node_cfg.listen;
     let listener = tokio::net::TcpListener::bind(addr)

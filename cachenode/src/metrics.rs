@@ -7,7 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use shoal::blocks::TierStats;
+use shoal::blocks::{DiskFailures, TierStats};
 use shoal::cluster::metrics::catch_up;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,6 +64,15 @@ pub struct Metrics {
     pub evictions: Family<TierLabel, Counter>,
     /// Disk blocks that failed their checksum and were dropped.
     pub checksum_failures: Counter,
+    /// Disk blocks that could not be read (served from the origin instead).
+    pub disk_read_failures: Counter,
+    /// Blocks the disk tier could not write (full, read-only, permissions).
+    pub disk_write_failures: Counter,
+    /// Client connections open now, and those refused at `node.max_connections`.
+    pub connections_open: Gauge,
+    pub connections_refused: Counter,
+    /// Connections closed for sending headers too slowly or for idling.
+    pub connections_timed_out: Counter,
     /// Bytes held, by tier.
     pub cache_bytes: Family<TierLabel, Gauge>,
     /// Byte bound, by tier.
@@ -113,7 +122,7 @@ impl Metrics {
     }
 
     /// Brings the tier levels and counts up to date.
-    pub fn tiers(&self, ram: &TierStats, disk: &TierStats, checksum_failures: u64) {
+    pub fn tiers(&self, ram: &TierStats, disk: &TierStats, failures: DiskFailures) {
         for (label, s) in [(RAM, ram), (DISK, disk)] {
             self.cache_bytes
                 .get_or_create(&label)
@@ -123,7 +132,9 @@ impl Metrics {
                 .set(s.capacity_bytes as i64);
             catch_up(&self.evictions.get_or_create(&label), s.evictions);
         }
-        catch_up(&self.checksum_failures, checksum_failures);
+        catch_up(&self.checksum_failures, failures.checksum);
+        catch_up(&self.disk_read_failures, failures.read);
+        catch_up(&self.disk_write_failures, failures.write);
     }
 
     pub fn register(&self, r: &mut Registry) {
@@ -149,6 +160,11 @@ impl Metrics {
             "coalesced_waits" => self.coalesced_waits, "Block requests that waited on a fetch in flight";
             "evictions" => self.evictions, "Blocks evicted, by tier";
             "checksum_failures" => self.checksum_failures, "Disk blocks dropped for a bad checksum";
+            "disk_read_failures" => self.disk_read_failures, "Disk blocks that could not be read, fetched instead";
+            "disk_write_failures" => self.disk_write_failures, "Blocks the disk tier could not write (full, read-only, permissions)";
+            "connections_open" => self.connections_open, "Client connections open";
+            "connections_refused" => self.connections_refused, "Connections refused at node.max_connections";
+            "connections_timed_out" => self.connections_timed_out, "Connections closed for slow headers or idling";
             "cache_bytes" => self.cache_bytes, "Bytes held, by tier";
             "cache_capacity_bytes" => self.cache_capacity_bytes, "Byte bound, by tier";
             "purges" => self.purges, "Purge requests served";

@@ -14,11 +14,12 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::connections::{Activity, Gate, Limits, Watched};
 use crate::metrics::MethodStatus;
 use crate::node::Node;
 
@@ -32,6 +33,7 @@ pub struct App {
     pub registry: Registry,
     /// `auth.mode = "none"`: signatures are ignored and everyone may read.
     pub open: bool,
+    pub limits: Limits,
 }
 
 pub async fn serve(
@@ -42,6 +44,7 @@ pub async fn serve(
     drain: Duration,
 ) {
     let graceful = GracefulShutdown::new();
+    let gate = Gate::new(app.limits.max_connections);
     tokio::pin!(shutdown);
     loop {
         let (sock, peer) = tokio::select! {
@@ -56,37 +59,54 @@ pub async fn serve(
                 }
             },
         };
+        let Some(admitted) = gate.admit(peer, &app.node.metrics) else {
+            drop(sock);
+            continue;
+        };
         let _ = sock.set_nodelay(true);
-        let app2 = app.clone();
-        let svc = hyper::service::service_fn(move |req| handle(app2.clone(), req));
-        let builder = hyper::server::conn::http1::Builder::new();
-        match &tls {
-            None => {
-                let conn = builder.serve_connection(TokioIo::new(sock), svc);
-                let watched = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = watched.await;
-                });
-            }
-            Some(acceptor) => {
-                let acceptor = acceptor.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let stream =
-                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock))
-                            .await
+        let activity = Activity::new();
+        let io = Watched::new(sock, activity.clone());
+        let app = app.clone();
+        let tls = tls.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let limits = app.limits.clone();
+            let metrics = app.node.metrics.clone();
+            let served = async {
+                match tls {
+                    None => connection(app, TokioIo::new(io), watcher).await,
+                    Some(acceptor) => {
+                        // The handshake is the first thing a client sends: it gets
+                        // the headers' time.
+                        let stream = match tokio::time::timeout(
+                            limits.header_read_timeout,
+                            acceptor.accept(io),
+                        )
+                        .await
                         {
                             Ok(Ok(s)) => s,
                             Ok(Err(e)) => {
-                                return tracing::debug!(%peer, "TLS handshake failed: {e}")
+                                tracing::debug!(%peer, "TLS handshake failed: {e}");
+                                return Ok(());
                             }
-                            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return Err(TimedOut);
+                            }
                         };
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                    let _ = watcher.watch(conn).await;
-                });
+                        connection(app, TokioIo::new(stream), watcher).await
+                    }
+                }
+            };
+            let ended = tokio::select! {
+                r = served => r,
+                _ = activity.idle(limits.idle_timeout) => Err(TimedOut),
+            };
+            if ended.is_err() {
+                metrics.connections_timed_out.inc();
             }
-        }
+            drop(admitted);
+        });
     }
     drop(listener);
     tracing::info!("shutting down: draining open connections for up to {drain:?}");
@@ -95,6 +115,29 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("drain timed out; closing remaining connections");
+    }
+}
+
+/// A connection closed for slow headers or idling.
+struct TimedOut;
+
+/// Serves HTTP/1.1 on one admitted connection until it closes.
+async fn connection<I>(
+    app: Arc<App>,
+    io: TokioIo<I>,
+    watcher: hyper_util::server::graceful::Watcher,
+) -> Result<(), TimedOut>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.limits.header_read_timeout);
+    let svc = hyper::service::service_fn(move |req| handle(app.clone(), req));
+    match watcher.watch(builder.serve_connection(io, svc)).await {
+        Err(e) if e.is_timeout() => Err(TimedOut),
+        _ => Ok(()),
     }
 }
 

@@ -113,7 +113,10 @@ fn python_repr(k: &str) -> String {
 async fn the_aws_cli_lists_and_copies_through_a_node() {
     let (_o, node) = setup().await;
     let ep = format!("--endpoint-url http://{}", node.addr);
-    let listing = run(&format!("python3 -m awscli s3 ls --recursive s3://{BUCKET}/data/ {ep}")).await;
+    let listing = run(&format!(
+        "python3 -m awscli s3 ls --recursive s3://{BUCKET}/data/ {ep}"
+    ))
+    .await;
     for k in files().keys() {
         assert!(
             listing.contains(k.trim_start_matches("data/").rsplit('/').next().unwrap()),

@@ -10,10 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn open_node() -> (shoal_testorigin::Origin, TestNode) {
     let origin = origin().await;
-    let toml = node_toml(&origin, "domains = [\"s3.shoal.test\"]", "").replace(
-        &format!("[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\""),
-        "[auth]\nmode = \"none\"",
-    );
+    let toml = without_auth(&node_toml(&origin, "domains = [\"s3.shoal.test\"]", ""));
     let node = start_node(&parse(&toml)).await;
     (origin, node)
 }

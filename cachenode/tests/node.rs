@@ -243,10 +243,7 @@ async fn authentication_is_enforced() {
 #[tokio::test]
 async fn auth_none_must_be_asked_for_and_then_serves_anyone() {
     let origin = origin().await;
-    let toml = node_toml(&origin, "", "").replace(
-        &format!("[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\""),
-        "[auth]\nmode = \"none\"",
-    );
+    let toml = without_auth(&node_toml(&origin, "", ""));
     let node = start_node(&parse(&toml)).await;
     origin.put(BUCKET, "open", data(10, 4));
     let resp = reqwest::get(format!("http://{}/{BUCKET}/open", node.addr))

@@ -294,6 +294,7 @@ fn main() -> ExitCode {
             }
         }
     };
+    let _ = shoal::fd_limit::raise();
     match shoal_mount::run(spec, ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

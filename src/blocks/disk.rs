@@ -22,6 +22,7 @@ use lru::LruCache;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{BlockCache, BlockKey, TierStats};
+use crate::log_limit::{more, LogLimit};
 
 const MAGIC: &[u8; 8] = b"SHOALBK1";
 /// 2: the block size is part of the header (version 1 files are removed at start).
@@ -161,10 +162,34 @@ struct State {
 
 pub struct DiskTier {
     dir: PathBuf,
-    capacity: u64,
+    /// `disk_size`, or less once the disk has filled below it.
+    capacity: AtomicU64,
     state: Mutex<State>,
     evictions: AtomicU64,
     checksum_failures: AtomicU64,
+    read_failures: AtomicU64,
+    write_failures: AtomicU64,
+    /// A full, read-only or unreadable disk fails every block: one line a minute.
+    read_log: LogLimit,
+    write_log: LogLimit,
+}
+
+/// What has gone wrong on disk since the tier opened. A failure never fails a
+/// read: the block comes from the origin (or RAM) instead.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DiskFailures {
+    /// Block files whose bytes were not the block (dropped).
+    pub checksum: u64,
+    /// Block files that could not be read (I/O errors, permissions).
+    pub read: u64,
+    /// Blocks that could not be written (disk full, read-only, permissions).
+    pub write: u64,
+}
+
+/// Why a block file could not be served.
+enum ReadFailure {
+    Io(io::Error),
+    Bad(DecodeError),
 }
 
 /// What opening a disk tier found.
@@ -184,6 +209,13 @@ impl DiskTier {
         let started = Instant::now();
         let dir = data_dir.join("blocks");
         fs::create_dir_all(&dir)?;
+        if let Some(total) = filesystem_size(&dir).filter(|&t| t < capacity) {
+            tracing::warn!(
+                "disk_size ({capacity} bytes) is larger than the filesystem at {} ({total} bytes): \
+                 the tier will shrink to what fits when the disk fills",
+                dir.display()
+            );
+        }
         let mut found: Vec<(SystemTime, BlockKey, u64)> = Vec::new();
         let mut stats = DiskStats::default();
         for sub in fs::read_dir(&dir)? {
@@ -204,13 +236,17 @@ impl DiskTier {
         found.sort_by_key(|f| f.0);
         let tier = DiskTier {
             dir,
-            capacity,
+            capacity: AtomicU64::new(capacity),
             state: Mutex::new(State {
                 lru: LruCache::unbounded(),
                 bytes: 0,
             }),
             evictions: AtomicU64::new(0),
             checksum_failures: AtomicU64::new(0),
+            read_failures: AtomicU64::new(0),
+            write_failures: AtomicU64::new(0),
+            read_log: LogLimit::per_minute(),
+            write_log: LogLimit::per_minute(),
         };
         {
             let mut s = tier.state.lock().unwrap();
@@ -260,12 +296,21 @@ impl DiskTier {
             .join(format!("{d:032x}.blk"))
     }
 
-    pub fn checksum_failures(&self) -> u64 {
-        self.checksum_failures.load(Relaxed)
+    pub fn failures(&self) -> DiskFailures {
+        DiskFailures {
+            checksum: self.checksum_failures.load(Relaxed),
+            read: self.read_failures.load(Relaxed),
+            write: self.write_failures.load(Relaxed),
+        }
     }
 
     fn evict(&self, s: &mut State) {
-        while s.bytes > self.capacity {
+        self.evict_to(s, self.capacity.load(Relaxed));
+    }
+
+    /// Drops the oldest blocks until at most `limit` bytes are held.
+    fn evict_to(&self, s: &mut State, limit: u64) {
+        while s.bytes > limit {
             let Some((key, size)) = s.lru.pop_lru() else {
                 break;
             };
@@ -283,10 +328,39 @@ impl DiskTier {
         let _ = fs::remove_file(self.path_of(key));
     }
 
-    fn read_verified(&self, key: &BlockKey) -> Result<Bytes, String> {
-        let buf = fs::read(self.path_of(key)).map_err(|e| e.to_string())?;
-        let data = decode_block(&buf, key).map_err(|e| e.to_string())?;
+    fn read_verified(&self, key: &BlockKey) -> Result<Bytes, ReadFailure> {
+        let buf = fs::read(self.path_of(key)).map_err(ReadFailure::Io)?;
+        let data = decode_block(&buf, key).map_err(ReadFailure::Bad)?;
         Ok(Bytes::copy_from_slice(data))
+    }
+
+    /// A write failed: counted and logged once a minute. When the disk is full
+    /// (the filesystem holds less than `disk_size`, or others fill it), the tier
+    /// shrinks to what it holds now and drops its oldest blocks to make room for
+    /// `size` more; true if it did, so the write is worth one more try.
+    fn write_failed(&self, path: &Path, size: u64, e: io::Error) -> bool {
+        self.write_failures.fetch_add(1, Relaxed);
+        let full = matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT));
+        let mut room = String::new();
+        let mut made_room = false;
+        if full {
+            let mut s = self.state.lock().unwrap();
+            let limit = s.bytes.min(self.capacity.load(Relaxed));
+            if limit >= size {
+                self.capacity.store(limit, Relaxed);
+                self.evict_to(&mut s, limit - size);
+                made_room = true;
+            }
+            room = format!("; the tier now holds at most {limit} bytes");
+        }
+        if let Some(n) = self.write_log.event() {
+            tracing::warn!(
+                path = %path.display(),
+                "disk tier cannot write a block, serving without it: {e}{room}{}",
+                more(n)
+            );
+        }
+        made_room
     }
 }
 
@@ -296,9 +370,26 @@ impl BlockCache for DiskTier {
         self.state.lock().unwrap().lru.get(key)?;
         match self.read_verified(key) {
             Ok(b) => Some(b),
-            Err(why) => {
+            Err(ReadFailure::Bad(why)) => {
                 self.checksum_failures.fetch_add(1, Relaxed);
                 tracing::warn!(path = %self.path_of(key).display(), "dropping bad block file: {why}");
+                self.forget(key);
+                None
+            }
+            Err(ReadFailure::Io(e)) => {
+                // Gone from under us (deleted by hand): nothing to report. Otherwise
+                // the disk is failing or unreadable; either way the block is
+                // forgotten, so the next read of it goes to the origin at once.
+                if e.kind() != io::ErrorKind::NotFound {
+                    self.read_failures.fetch_add(1, Relaxed);
+                    if let Some(n) = self.read_log.event() {
+                        tracing::warn!(
+                            path = %self.path_of(key).display(),
+                            "disk tier cannot read a block, fetching it instead: {e}{}",
+                            more(n)
+                        );
+                    }
+                }
                 self.forget(key);
                 None
             }
@@ -308,8 +399,16 @@ impl BlockCache for DiskTier {
     fn insert(&self, key: BlockKey, data: Bytes) {
         let header = encode_header(&key, &data);
         let size = (header.len() + data.len()) as u64;
-        if size > self.capacity {
+        let capacity = self.capacity.load(Relaxed);
+        if size > capacity {
             return;
+        }
+        {
+            // Room first: on a disk that holds no more than the tier, writing
+            // before evicting would fail.
+            let mut s = self.state.lock().unwrap();
+            let kept = s.lru.peek(&key).copied().unwrap_or(0);
+            self.evict_to(&mut s, (capacity + kept).saturating_sub(size));
         }
         let path = self.path_of(&key);
         let tmp = path.with_extension(format!("{}.tmp", rand::random::<u32>()));
@@ -323,8 +422,11 @@ impl BlockCache for DiskTier {
         };
         if let Err(e) = write() {
             let _ = fs::remove_file(&tmp);
-            tracing::warn!(path = %path.display(), "cannot write block file: {e}");
-            return;
+            // A full disk makes room and tries once more; anything else gives up.
+            if !self.write_failed(&path, size, e) || write().is_err() {
+                let _ = fs::remove_file(&tmp);
+                return;
+            }
         }
         let mut s = self.state.lock().unwrap();
         if let Some(old) = s.lru.put(key, size) {
@@ -353,11 +455,23 @@ impl BlockCache for DiskTier {
         let s = self.state.lock().unwrap();
         TierStats {
             used_bytes: s.bytes,
-            capacity_bytes: self.capacity,
+            capacity_bytes: self.capacity.load(Relaxed),
             blocks: s.lru.len() as u64,
             evictions: self.evictions.load(Relaxed),
         }
     }
+}
+
+/// The size of the filesystem holding `dir`, if it can be asked.
+fn filesystem_size(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes only into the struct passed; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_blocks as u64 * st.f_frsize as u64)
 }
 
 #[cfg(test)]
@@ -413,7 +527,7 @@ mod tests {
         raw[n - 10] ^= 0xff;
         std::fs::write(&path, raw).unwrap();
         assert!(t.get(&key(1)).is_none());
-        assert_eq!(t.checksum_failures(), 1);
+        assert_eq!(t.failures().checksum, 1);
         assert!(!path.exists());
         assert_eq!(t.stats().blocks, 0);
     }

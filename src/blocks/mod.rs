@@ -16,7 +16,9 @@ pub mod tiers;
 
 use bytes::Bytes;
 
-pub use disk::{decode_block, decode_header, encode_header, DecodeError, DiskStats, DiskTier};
+pub use disk::{
+    decode_block, decode_header, encode_header, DecodeError, DiskFailures, DiskStats, DiskTier,
+};
 pub use flight::{FlightError, Flights, Joined};
 pub use key::BlockKey;
 pub use ram::RamTier;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::flight::{FlightError, Flights, Joined};
-use super::{BlockCache, BlockKey, DiskTier, NoCache, RamTier, TierStats};
+use super::{BlockCache, BlockKey, DiskFailures, DiskTier, NoCache, RamTier, TierStats};
 
 /// Where a block came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,8 +172,8 @@ where
         self.disk.as_ref().map(|d| d.stats()).unwrap_or_default()
     }
 
-    pub fn checksum_failures(&self) -> u64 {
-        self.disk.as_ref().map_or(0, |d| d.checksum_failures())
+    pub fn disk_failures(&self) -> DiskFailures {
+        self.disk.as_ref().map(|d| d.failures()).unwrap_or_default()
     }
 
     /// Runs `f` on the disk tier on a blocking thread; `None` without one.

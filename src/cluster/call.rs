@@ -6,13 +6,13 @@
 //! node's breaker, a node that cannot be reached or stays silent is marked down,
 //! one that answers with failures counts toward its breaker.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::metrics::{Fallback, NodeLabel};
 use super::reader::ClusterReader;
+use crate::log_limit::more;
 use crate::node_proto;
 use crate::route::NodeHandle;
 use crate::store::{collect, stall_guard, Deadline, GetObject, ObjectMeta, StoreError};
@@ -124,11 +124,10 @@ impl ClusterReader {
         self.log_failure(node, e);
     }
 
-    /// Logs a node failure, at most one line per second: a dead node must not flood.
+    /// Logs a node failure, at most one line per second.
     fn log_failure(&self, node: &NodeHandle, e: &StoreError) {
-        let now = self.started.elapsed().as_secs();
-        if self.last_log.swap(now, Relaxed) != now {
-            tracing::warn!(node = %node.id(), "block request failed, trying elsewhere: {e}");
+        if let Some(n) = self.failure_log.event() {
+            tracing::warn!(node = %node.id(), "block request failed, trying elsewhere: {e}{}", more(n));
         }
     }
 }

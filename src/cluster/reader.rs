@@ -2,7 +2,6 @@
 //! tier, in-flight budget), and the block pipeline each read goes through.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use super::metrics::{self, ClusterMetrics, Fallback};
 use super::nodes::{Nodes, S3Nodes};
 use crate::blocks::{BlockKey, Served, Tiers};
 use crate::config::ClusterConfig;
+use crate::log_limit::LogLimit;
 use crate::node_proto;
 use crate::route::{Clock, Membership, Router, TokioClock};
 use crate::store::s3::S3Client;
@@ -66,8 +66,8 @@ pub struct ClusterReader {
     inflight_limit: usize,
     queue_wait: Option<Duration>,
     pub metrics: ClusterMetrics,
-    pub(crate) started: Instant,
-    pub(crate) last_log: AtomicU64,
+    /// Node failures are logged at most once a second: a dead node must not flood.
+    pub(crate) failure_log: LogLimit,
     /// Objects seen to change recently: the next open asks the origin first, since
     /// nodes may still hold the old version's ETag for `revalidate_after`.
     changed: Mutex<HashMap<(String, String), Instant>>,
@@ -114,8 +114,7 @@ impl ClusterReader {
             inflight_limit: limit,
             queue_wait: opts.queue_wait,
             metrics: ClusterMetrics::default(),
-            started: Instant::now(),
-            last_log: AtomicU64::new(u64::MAX),
+            failure_log: LogLimit::new(Duration::from_secs(1)),
             changed: Mutex::new(HashMap::new()),
             _refresh: refresh,
         })

@@ -46,6 +46,12 @@ pub const PEER_CONCURRENCY: usize = 64;
 /// the origin.
 pub const PEER_QUEUE_WAIT: Duration = Duration::from_millis(100);
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Slow or silent clients: S3 itself closes idle connections after about 20 s.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Well above what a cluster's mounts keep open, well below the open-file limit
+/// a node raises itself to.
+pub const MAX_CONNECTIONS: usize = 10_000;
 pub const METADATA_TTL: Duration = Duration::from_secs(10);
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 /// Files of a directory walked in order fetched ahead: at S3's ~20 ms first

@@ -133,6 +133,9 @@ pub struct RawNode {
     pub domains: Option<Vec<String>>,
     pub max_age: Option<Dur>,
     pub id: Option<String>,
+    pub header_read_timeout: Option<Dur>,
+    pub idle_timeout: Option<Dur>,
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Deserialize, Default, Debug)]

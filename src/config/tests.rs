@@ -375,6 +375,26 @@ fn rules_are_checked() {
         "out of range",
     );
     refused("[node]\nmax_age = \"0s\"\n", "node.max_age", "");
+    refused(
+        "[node]\nheader_read_timeout = \"0s\"\n",
+        "node.header_read_timeout",
+        "greater than zero",
+    );
+    refused(
+        "[node]\nidle_timeout = \"0s\"\n",
+        "node.idle_timeout",
+        "greater than zero",
+    );
+    refused(
+        "[node]\nmax_connections = 0\n",
+        "node.max_connections",
+        "at least 1",
+    );
+    refused(
+        "[node]\nmax_connections = 2000000\n",
+        "node.max_connections",
+        "above 1048576",
+    );
 }
 
 #[test]

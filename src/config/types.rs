@@ -188,6 +188,14 @@ pub struct NodeConfig {
     /// This node's entry in `[cluster] nodes` (`host:port`), when its listen
     /// address does not name it (`0.0.0.0`, a DNS name in the list).
     pub id: Option<String>,
+    /// A client must send a request's headers within this long of the node
+    /// waiting for them (so it also closes keep-alive connections idle that long).
+    pub header_read_timeout: Duration,
+    /// A connection on which nothing moves for this long is closed (a client that
+    /// stopped reading its response or sending its body).
+    pub idle_timeout: Duration,
+    /// Client connections open at once; more are refused (logged once a minute).
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug)]

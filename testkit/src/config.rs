@@ -32,6 +32,15 @@ pub fn node_section(origin: &str, node_extra: &str, rest: &str) -> String {
     )
 }
 
+/// `toml` (from [`node_toml`]) with authentication off: `auth.mode = "none"`.
+pub fn without_auth(toml: &str) -> String {
+    let keys = format!(
+        "[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n"
+    );
+    assert!(toml.contains(&keys), "not a node_toml config:\n{toml}");
+    toml.replace(&keys, "[auth]\nmode = \"none\"\n")
+}
+
 /// A `[cluster]` of `nodes` (`host:port`) signed with [`NODE_KEY`], with short node
 /// deadlines and `extra` keys in it.
 pub fn cluster_toml(nodes: &[&str], extra: &str) -> String {

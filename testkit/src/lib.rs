@@ -15,6 +15,7 @@ mod wait;
 pub use client::{client_options, node_s3_client};
 pub use config::{
     cluster_toml, mount_toml, node_section, node_toml, origin_section, origin_toml, parse,
+    without_auth,
 };
 pub use data::data;
 pub use metrics::{metric, metric_required, scrape};

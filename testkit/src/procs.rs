@@ -35,12 +35,28 @@ pub struct NodeProcess {
     pub child: Child,
     /// `host:port` it listens on.
     pub addr: String,
+    /// Its log (stderr), line by line, as it comes.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl NodeProcess {
     /// Starts `shoal-node --config config` and waits for its "listening on" line.
     pub fn spawn(config: &Path) -> NodeProcess {
-        let mut child = Command::new(bin("shoal-node"))
+        Self::spawn_under(&[], config)
+    }
+
+    /// [`spawn`](Self::spawn) run by `wrapper` (like `setpriv ... --`), if not empty.
+    pub fn spawn_under(wrapper: &[&str], config: &Path) -> NodeProcess {
+        let node = bin("shoal-node");
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(&node),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&node);
+                c
+            }
+        };
+        let mut child = cmd
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")
@@ -50,17 +66,20 @@ impl NodeProcess {
             .expect("start shoal-node");
         let stderr = child.stderr.take().expect("piped stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on http://").nth(1) {
                     let _ = tx.send(rest.trim().to_owned());
                 }
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = rx
             .recv_timeout(Duration::from_secs(20))
             .expect("node did not start");
-        NodeProcess { child, addr }
+        NodeProcess { child, addr, log }
     }
 
     /// Writes `toml` to `dir/name.toml` and starts a node with it.
@@ -76,6 +95,12 @@ impl NodeProcess {
 
     pub fn socket_addr(&self) -> std::net::SocketAddr {
         self.addr.parse().expect("node address")
+    }
+
+    /// Lines of its log so far that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|l| l.contains(needle)).cloned().collect()
     }
 }
 

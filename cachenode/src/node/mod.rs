@@ -261,7 +261,7 @@ impl Node {
         self.metrics.tiers(
             &self.tiers.ram_stats(),
             &self.tiers.disk_stats(),
-            self.tiers.checksum_failures(),
+            self.tiers.disk_failures(),
         );
     }
 }

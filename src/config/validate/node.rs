@@ -35,6 +35,22 @@ impl Validator<'_> {
                 .id
                 .map(|i| canonical_node_id(&i).map_err(|m| self.err("node.id", m)))
                 .transpose()?,
+            header_read_timeout: self.positive(
+                "node.header_read_timeout",
+                n.header_read_timeout
+                    .map_or(defaults::HEADER_READ_TIMEOUT, |d| d.0),
+            )?,
+            idle_timeout: self.positive(
+                "node.idle_timeout",
+                n.idle_timeout.map_or(defaults::IDLE_TIMEOUT, |d| d.0),
+            )?,
+            max_connections: match n.max_connections {
+                Some(0) => return Err(self.err("node.max_connections", "must be at least 1")),
+                Some(m) if m > 1 << 20 => {
+                    return Err(self.err("node.max_connections", format!("{m} is above 1048576")))
+                }
+                m => m.unwrap_or(defaults::MAX_CONNECTIONS),
+            },
         })
     }
 
