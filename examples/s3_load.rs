@@ -64,6 +64,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         sign_range: false,
         pool_idle_per_host: conc * 2,
+        network: Default::default(),
+        request: Default::default(),
+        aws: None,
     })?;
     let blocks = size.div_ceil(block);
     let range = move |i: u64| ByteRange::span(i * block, ((i + 1) * block).min(size));

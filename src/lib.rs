@@ -8,6 +8,7 @@
 //! Each module only uses the ones above it in this list:
 //!
 //! - [`config`]: the one TOML schema, validated once into typed sections.
+//! - [`aws`]: AWS's credential and region chains and endpoint names.
 //! - [`store`]: the I/O seam. [`store::ObjectStore`] is anything that answers S3's
 //!   reads; [`store::s3::S3Client`] is the real one, and (with the `testing`
 //!   feature) an in-memory store and a fault-injecting wrapper are its doubles.
@@ -23,6 +24,7 @@
 //! - [`notify`]: telling systemd a service is ready; [`log_limit`]: log lines that
 //!   repeat at most once per interval; [`fd_limit`]: room for many connections.
 
+pub mod aws;
 pub mod blocks;
 pub mod cluster;
 pub mod config;

@@ -283,7 +283,7 @@ async fn bad_credentials_are_access_denied() {
     opts.credentials = CredentialMode::Keys(Credentials {
         access_key_id: match &t.opts.credentials {
             CredentialMode::Keys(c) => c.access_key_id.clone(),
-            CredentialMode::Anonymous => unreachable!(),
+            other => unreachable!("the test client has keys, not {other:?}"),
         },
         secret_access_key: "wrong-secret".into(),
         session_token: None,
@@ -316,6 +316,7 @@ async fn presigned_url_reads_the_object() {
     let url = t
         .client
         .presign_get(&t.bucket, &t.key("pre"), Duration::from_secs(60))
+        .await
         .unwrap();
     let body = reqwest::get(&url).await.unwrap();
     assert_eq!(body.status(), 200, "{url}");

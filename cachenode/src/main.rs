@@ -65,7 +65,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cfg: Config) -> Result<(), String> {
+async fn run(mut cfg: Config) -> Result<(), String> {
+    cfg.settle_region().await;
     let node_cfg = cfg.node().map_err(|e| e.to_string())?.clone();
     // A socket per connection, plus block files and origin connections.
     match shoal::fd_limit::raise() {
@@ -77,6 +78,14 @@ async fn run(cfg: Config) -> Result<(), String> {
         Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
     }
     let (app, tls) = shoal_node::build(&cfg, None)?;
+    // No credentials is a reason not to start, said now rather than at the first
+    // miss (the providers share one cache, so this is the node's fetch).
+    let origin = cfg.origin().map_err(|e| e.to_string())?;
+    shoal::store::s3::S3Client::from_origin(origin)
+        .map_err(|e| e.to_string())?
+        .check_credentials()
+        .await
+        .map_err(|e| e.to_string())?;
     let addr = node_cfg.listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -111,6 +111,10 @@ pub struct Metrics {
     pub warmed_blocks: Family<KindLabel, Counter>,
     /// PUTs whose warming finished (all blocks tried).
     pub warms_done: Counter,
+    /// Origin credentials fetched from the AWS chain, and refreshes forced by an
+    /// expired-token answer.
+    pub credential_fetches: Counter,
+    pub expired_token_retries: Counter,
 }
 
 impl Metrics {
@@ -135,6 +139,9 @@ impl Metrics {
         catch_up(&self.checksum_failures, failures.checksum);
         catch_up(&self.disk_read_failures, failures.read);
         catch_up(&self.disk_write_failures, failures.write);
+        let c = shoal::aws::credentials::stats();
+        catch_up(&self.credential_fetches, c.fetches);
+        catch_up(&self.expired_token_retries, c.forced);
     }
 
     pub fn register(&self, r: &mut Registry) {
@@ -185,6 +192,8 @@ impl Metrics {
             "writes" => self.writes, "Writes forwarded to the origin, by kind";
             "warmed_blocks" => self.warmed_blocks, "Blocks warmed on their owners after a write, by result";
             "warms_done" => self.warms_done, "Writes whose warming finished";
+            "credential_fetches" => self.credential_fetches, "Origin credentials fetched from the AWS chain (first and refreshes)";
+            "expired_token_retries" => self.expired_token_retries, "Requests sent again after the origin said the token expired";
         );
     }
 }

@@ -220,6 +220,7 @@ async fn authentication_is_enforced() {
     // A presigned URL works, including with an unsigned Range.
     let url = client(node.addr)
         .presign_get(BUCKET, "a", Duration::from_secs(60))
+        .await
         .unwrap();
     let resp = reqwest::Client::new()
         .get(&url)

@@ -17,7 +17,10 @@ async fn presigned_urls_expire_and_cannot_be_forged() {
     origin.put(BUCKET, "p", data(100, 1));
     let c = client(node.addr);
     let http = reqwest::Client::new();
-    let url = c.presign_get(BUCKET, "p", Duration::from_secs(1)).unwrap();
+    let url = c
+        .presign_get(BUCKET, "p", Duration::from_secs(1))
+        .await
+        .unwrap();
     assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
     // By design Range is outside the signature: any range of the signed object.
     let r = http

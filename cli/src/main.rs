@@ -95,7 +95,8 @@ fn main() -> ExitCode {
     }
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = rt.block_on(async {
-        let cfg = load(&cli.config)?;
+        let mut cfg = load(&cli.config)?;
+        cfg.settle_region().await;
         match cli.command {
             Command::Warm(a) => warm::run(&cfg, a).await,
             Command::Status(a) => status::run(&cfg, a).await,

@@ -114,13 +114,14 @@ fn access_error(spec: &MountSpec, e: StoreError) -> String {
 
 /// Mounts, calls `ready` once the mount is live, and serves until SIGINT/SIGTERM
 /// or an external unmount; then unmounts.
-pub fn run(spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
+pub fn run(mut spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
     let mountpoint = check_mountpoint(&spec.mountpoint)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("shoal-mount")
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
+    rt.block_on(spec.config.settle_region());
     let origin_cfg = spec.config.origin().map_err(|e| e.to_string())?;
     let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
     let cluster = spec.config.reader_cluster();

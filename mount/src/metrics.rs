@@ -38,6 +38,10 @@ pub struct MountMetrics {
     pub listings: Counter,
     pub stale_reads: Counter,
     pub open_files: Gauge,
+    /// Origin credentials fetched from the AWS chain (the first, then each
+    /// refresh), and refreshes forced by an expired-token answer.
+    pub credential_fetches: Counter,
+    pub expired_token_retries: Counter,
 }
 
 impl Default for MountMetrics {
@@ -55,6 +59,8 @@ impl Default for MountMetrics {
             listings: Default::default(),
             stale_reads: Default::default(),
             open_files: Default::default(),
+            credential_fetches: Default::default(),
+            expired_token_retries: Default::default(),
         }
     }
 }
@@ -79,6 +85,8 @@ impl MountMetrics {
             "listings" => self.listings, "ListObjectsV2 pages read";
             "stale_reads" => self.stale_reads, "Reads refused because the object changed while open";
             "open_files" => self.open_files, "Open file handles";
+            "credential_fetches" => self.credential_fetches, "Origin credentials fetched from the AWS chain (first and refreshes)";
+            "expired_token_retries" => self.expired_token_retries, "Requests sent again after the origin said the token expired";
         );
     }
 
@@ -94,6 +102,9 @@ impl MountMetrics {
         count(&self.listings, &s.listings);
         count(&self.stale_reads, &s.stale_reads);
         self.open_files.set(fs.open_files() as i64);
+        let c = shoal::aws::credentials::stats();
+        catch_up(&self.credential_fetches, c.fetches);
+        catch_up(&self.expired_token_retries, c.forced);
         fs.reader().refresh_gauges();
     }
 }

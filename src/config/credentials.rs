@@ -1,4 +1,6 @@
-//! Resolving a key pair from the config, the environment or `~/.aws/credentials`.
+//! What the config says about credentials: keys written in it (inline or named by
+//! environment variable), anonymous access, or the AWS credential chain (optionally
+//! one profile of it), which [`crate::aws::credentials`] runs.
 
 use std::fmt;
 
@@ -31,6 +33,11 @@ pub enum CredentialMode {
     Keys(Credentials),
     /// Unsigned requests, only when asked for with `anonymous = true`.
     Anonymous,
+    /// The AWS SDK's default chain, or only `profile` of the shared files:
+    /// fetched at start and refreshed before they expire.
+    Chain {
+        profile: Option<String>,
+    },
 }
 
 /// Where environment variables and files are read from; tests substitute their own.
@@ -53,9 +60,9 @@ impl Env for ProcessEnv {
 
 /// Resolves `raw`; errors are `(key suffix, message)`.
 ///
-/// Order: `anonymous`, inline or `*_env` values, a named `profile`, then the
-/// standard `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, then the
-/// `AWS_PROFILE` (or `default`) profile of the shared credentials file.
+/// Order: `anonymous`, inline or `*_env` values, a named `profile` (the chain
+/// limited to it), then, where `allow_default_chain`, the whole AWS chain
+/// (environment, shared files, web identity, containers, instance metadata).
 pub fn resolve(
     raw: &RawCredentials,
     env: &dyn Env,
@@ -100,9 +107,12 @@ pub fn resolve(
                 "a profile cannot be combined with inline or env keys".into(),
             ));
         }
-        return from_profile(profile, env)
-            .map(|c| Some(CredentialMode::Keys(c)))
-            .map_err(|m| ("profile".into(), m));
+        if profile.trim().is_empty() {
+            return Err(("profile".into(), "is empty".into()));
+        }
+        return Ok(Some(CredentialMode::Chain {
+            profile: Some(profile.clone()),
+        }));
     }
     match (access, secret) {
         (Some(a), Some(s)) => Ok(Some(CredentialMode::Keys(Credentials {
@@ -118,7 +128,7 @@ pub fn resolve(
             "access_key_id".into(),
             "secret_access_key is set but access_key_id is not".into(),
         )),
-        (None, None) if allow_default_chain => Ok(default_chain(env)),
+        (None, None) if allow_default_chain => Ok(Some(CredentialMode::Chain { profile: None })),
         (None, None) => Ok(None),
     }
 }
@@ -145,46 +155,14 @@ fn pick(
     }
 }
 
-fn default_chain(env: &dyn Env) -> Option<CredentialMode> {
-    if let (Some(a), Some(s)) = (
-        env.var("AWS_ACCESS_KEY_ID"),
-        env.var("AWS_SECRET_ACCESS_KEY"),
-    ) {
-        return Some(CredentialMode::Keys(Credentials {
-            access_key_id: a,
-            secret_access_key: s,
-            session_token: env.var("AWS_SESSION_TOKEN"),
-        }));
-    }
-    let profile = env.var("AWS_PROFILE").unwrap_or_else(|| "default".into());
-    from_profile(&profile, env).ok().map(CredentialMode::Keys)
-}
-
-fn credentials_file(env: &dyn Env) -> Option<String> {
-    env.var("AWS_SHARED_CREDENTIALS_FILE")
-        .or_else(|| env.var("HOME").map(|h| format!("{h}/.aws/credentials")))
-}
-
-fn from_profile(profile: &str, env: &dyn Env) -> Result<Credentials, String> {
-    let path = credentials_file(env).ok_or("no credentials file (HOME is not set)")?;
-    let text = env
-        .read_file(&path)
-        .ok_or_else(|| format!("cannot read credentials file {path}"))?;
-    let section = ini_section(&text, profile)
-        .ok_or_else(|| format!("profile [{profile}] not found in {path}"))?;
-    let get = |k: &str| {
-        section
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-    };
-    Ok(Credentials {
-        access_key_id: get("aws_access_key_id")
-            .ok_or_else(|| format!("profile [{profile}] in {path} has no aws_access_key_id"))?,
-        secret_access_key: get("aws_secret_access_key")
-            .ok_or_else(|| format!("profile [{profile}] in {path} has no aws_secret_access_key"))?,
-        session_token: get("aws_session_token"),
-    })
+/// The value of `key` in section `[section]` of an INI text such as the AWS
+/// shared config file.
+pub(crate) fn ini_value(text: &str, section: &str, key: &str) -> Option<String> {
+    ini_section(text, section)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_empty())
 }
 
 /// The `key = value` pairs of `[name]` in an INI text such as the AWS credentials file.
@@ -239,49 +217,41 @@ mod tests {
     }
 
     #[test]
-    fn profile_from_credentials_file() {
-        let e = env(&[
-            ("HOME", "/h"),
-            (
-                "file:/h/.aws/credentials",
-                "[default]\naws_access_key_id = A\naws_secret_access_key = S\n\n[other]\naws_access_key_id=B\naws_secret_access_key=T\naws_session_token = X\n",
-            ),
-        ]);
+    fn no_keys_means_the_chain_and_a_profile_narrows_it() {
+        let e = env(&[("HOME", "/h")]);
         let raw = RawCredentials {
             profile: Some("other".into()),
             ..Default::default()
         };
-        let Some(CredentialMode::Keys(c)) = resolve(&raw, &e, true).unwrap() else {
-            panic!()
-        };
         assert_eq!(
-            (
-                c.access_key_id.as_str(),
-                c.secret_access_key.as_str(),
-                c.session_token.as_deref()
-            ),
-            ("B", "T", Some("X"))
+            resolve(&raw, &e, true).unwrap(),
+            Some(CredentialMode::Chain {
+                profile: Some("other".into())
+            })
         );
-        // No keys anywhere: the default profile.
-        let Some(CredentialMode::Keys(c)) = resolve(&RawCredentials::default(), &e, true).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(c.access_key_id, "A");
+        assert_eq!(
+            resolve(&RawCredentials::default(), &e, true).unwrap(),
+            Some(CredentialMode::Chain { profile: None })
+        );
+        // Where the chain is not allowed (cluster keys), nothing.
+        assert_eq!(
+            resolve(&RawCredentials::default(), &e, false).unwrap(),
+            None
+        );
     }
 
     #[test]
-    fn standard_env_wins_over_file() {
-        let e = env(&[
-            ("AWS_ACCESS_KEY_ID", "E"),
-            ("AWS_SECRET_ACCESS_KEY", "F"),
-            ("HOME", "/nowhere"),
-        ]);
-        let Some(CredentialMode::Keys(c)) = resolve(&RawCredentials::default(), &e, true).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(c.access_key_id, "E");
+    fn ini_values_by_section() {
+        let text = "[default]\nregion = us-west-2\n\n[profile other]\nregion=eu-west-1\n";
+        assert_eq!(
+            ini_value(text, "default", "region").as_deref(),
+            Some("us-west-2")
+        );
+        assert_eq!(
+            ini_value(text, "profile other", "region").as_deref(),
+            Some("eu-west-1")
+        );
+        assert_eq!(ini_value(text, "profile nope", "region"), None);
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod validate;
 use std::net::SocketAddr;
 use std::path::Path;
 
+pub(crate) use credentials::ini_value;
 pub use credentials::{CredentialMode, Credentials, Env, ProcessEnv};
 pub use error::ConfigError;
 pub use overrides::Overrides;
@@ -126,6 +127,23 @@ impl Config {
 
     pub fn origin(&self) -> Result<&OriginConfig, ConfigError> {
         self.origin.as_ref().ok_or_else(|| self.missing("origin"))
+    }
+
+    /// Completes the region chain where the config and environment left it open
+    /// and the origin is AWS's own: the instance metadata's region (a second at
+    /// most when there is no metadata service). Programs call it once at start.
+    pub async fn settle_region(&mut self) {
+        use crate::aws::region::{from_instance_metadata, RegionSource};
+        let Some(o) = self.origin.as_mut() else {
+            return;
+        };
+        if o.region_source != RegionSource::Default || o.aws.is_none_or(|a| a.overridden) {
+            return;
+        }
+        if let Some(r) = from_instance_metadata(std::time::Duration::from_secs(1)).await {
+            tracing::info!(region = %r, "region from the instance metadata");
+            o.set_region(r, RegionSource::InstanceMetadata);
+        }
     }
     pub fn cluster(&self) -> Option<&ClusterConfig> {
         self.cluster.as_ref()

@@ -67,6 +67,13 @@ pub struct RawOrigin {
     pub max_attempts: Option<u32>,
     pub retry_base: Option<Dur>,
     pub retry_max: Option<Dur>,
+    pub fips: Option<bool>,
+    pub dual_stack: Option<bool>,
+    pub proxy: Option<String>,
+    pub ca_bundle: Option<String>,
+    pub requester_pays: Option<bool>,
+    pub expected_bucket_owner: Option<String>,
+    pub sse_customer_key_env: Option<String>,
 }
 
 /// A node entry: `"host:port"` or `{ id = "host:port", weight = 2.0, zone = "a" }`.
@@ -104,6 +111,8 @@ pub struct RawCluster {
     pub first_byte_timeout: Option<Dur>,
     pub stall_timeout: Option<Dur>,
     pub tls: Option<bool>,
+    pub proxy: Option<String>,
+    pub ca_bundle: Option<String>,
     pub credentials: Option<RawCredentials>,
     pub mode: Option<String>,
     pub hop_limit: Option<u32>,

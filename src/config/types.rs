@@ -36,10 +36,73 @@ pub struct RetryPolicy {
 pub struct OriginConfig {
     pub endpoint: url::Url,
     pub region: String,
+    pub region_source: crate::aws::region::RegionSource,
+    /// Set when the endpoint is AWS's (the config names none): its host follows the
+    /// region, and a bucket found in another region is followed.
+    pub aws: Option<crate::aws::endpoint::AwsEndpoint>,
     pub addressing: Addressing,
     pub credentials: CredentialMode,
     pub timeouts: Timeouts,
     pub retry: RetryPolicy,
+    pub network: Network,
+    pub request: RequestOptions,
+}
+
+impl OriginConfig {
+    /// Uses `region` (found after the config was read, from instance metadata):
+    /// AWS's endpoint moves with it.
+    pub fn set_region(&mut self, region: String, source: crate::aws::region::RegionSource) {
+        if let Some(aws) = self.aws.filter(|a| !a.overridden) {
+            self.endpoint = aws.url(&region);
+        }
+        self.region = region;
+        self.region_source = source;
+    }
+}
+
+/// How a client's connections leave the host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Network {
+    pub proxy: Proxy,
+    /// PEM certificates trusted beside the system's roots.
+    pub ca_bundle: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Proxy {
+    /// `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (the origin's default).
+    #[default]
+    FromEnv,
+    /// Never (node-to-node traffic by default).
+    Off,
+    /// Every request through this proxy URL, except hosts `NO_PROXY` names.
+    Url(String),
+}
+
+/// Headers S3 wants on every request to some buckets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestOptions {
+    /// `x-amz-request-payer: requester`.
+    pub requester_pays: bool,
+    /// `x-amz-expected-bucket-owner`: the account that must own the bucket.
+    pub expected_bucket_owner: Option<String>,
+    /// An SSE-C key: objects encrypted with it are read with it.
+    pub sse_customer_key: Option<SseCustomerKey>,
+}
+
+/// A customer-provided encryption key, as S3's headers carry it. `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SseCustomerKey {
+    /// The 256-bit key, base64.
+    pub key: String,
+    /// MD5 of the key, base64.
+    pub key_md5: String,
+}
+
+impl std::fmt::Debug for SseCustomerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SseCustomerKey(<redacted>)")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +144,9 @@ pub struct ClusterConfig {
     pub hedge: HedgeConfig,
     pub timeouts: Timeouts,
     pub tls: bool,
+    /// Node-to-node traffic: no proxy unless `cluster.proxy` names one; trusted
+    /// roots for `tls`.
+    pub network: Network,
     /// What the nodes' `[auth]` expects; anonymous when the nodes run `mode = "none"`.
     pub credentials: CredentialMode,
     /// For a node with a `[cluster]`: forward misses to owners, or not.
@@ -153,6 +219,10 @@ impl ClusterConfig {
                 stall: defaults::NODE_STALL_TIMEOUT,
             },
             tls: false,
+            network: Network {
+                proxy: Proxy::Off,
+                ca_bundle: None,
+            },
             credentials: CredentialMode::Anonymous,
             mode: ClusterMode::Strong,
             hop_limit: defaults::HOP_LIMIT,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::config::{Addressing, ClusterConfig, RetryPolicy};
+use crate::config::{Addressing, ClusterConfig, RequestOptions, RetryPolicy};
 use crate::store::s3::{S3Client, S3ClientOptions};
 
 /// The S3 client for node `id` of `cluster` ([`node_options`]).
@@ -40,5 +40,8 @@ pub fn node_options(
         },
         sign_range: false,
         pool_idle_per_host,
+        network: cluster.network.clone(),
+        request: RequestOptions::default(),
+        aws: None,
     }
 }

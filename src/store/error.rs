@@ -42,6 +42,27 @@ pub enum StoreError {
     },
     #[error("AccessDenied: {message}")]
     AccessDenied { message: String },
+    /// No credentials could be had (every provider of the chain was tried).
+    #[error("{message}")]
+    Credentials { message: String },
+    /// The origin refused the session token as expired or invalid (after a
+    /// refresh and a retry).
+    #[error("{code}: {message}")]
+    ExpiredToken { code: String, message: String },
+    /// The bucket is in another region than the requests were signed for.
+    #[error("bucket {bucket:?} is in region {region}, not {signed_for}: set origin.region = \"{region}\"")]
+    WrongRegion {
+        bucket: String,
+        region: String,
+        signed_for: String,
+    },
+    /// An archived object (GLACIER, DEEP_ARCHIVE) that has not been restored.
+    #[error("s3://{bucket}/{key} is archived ({message}): restore it first")]
+    Archived {
+        bucket: String,
+        key: String,
+        message: String,
+    },
     #[error("Throttled ({code}): {message}")]
     Throttled { code: String, message: String },
     #[error("server error {status} {code}: {message}")]

@@ -1,6 +1,8 @@
 use std::time::Duration;
 
-use shoal::config::{Addressing, CredentialMode, Credentials, RetryPolicy, Timeouts};
+use shoal::config::{
+    Addressing, CredentialMode, Credentials, Network, Proxy, RetryPolicy, Timeouts,
+};
 use shoal::store::s3::{S3Client, S3ClientOptions};
 
 /// The one shape of test client: `endpoint` with a key pair, short deadlines, a
@@ -33,6 +35,12 @@ pub fn client_options(
         },
         sign_range,
         pool_idle_per_host: 16,
+        network: Network {
+            proxy: Proxy::Off,
+            ca_bundle: None,
+        },
+        request: Default::default(),
+        aws: None,
     }
 }
 

@@ -17,6 +17,11 @@ pub fn code_and_status(e: &StoreError) -> (&str, u16) {
         StoreError::NotModified { .. } => ("NotModified", 304),
         StoreError::InvalidRange { .. } => ("InvalidRange", 416),
         StoreError::AccessDenied { .. } => ("AccessDenied", 403),
+        StoreError::Archived { .. } => ("InvalidObjectState", 403),
+        // The node's own credentials or region, not the client's request.
+        StoreError::Credentials { .. }
+        | StoreError::ExpiredToken { .. }
+        | StoreError::WrongRegion { .. } => ("ServiceUnavailable", 503),
         StoreError::Throttled { .. } => ("SlowDown", 503),
         StoreError::InvalidKey { .. } => ("InvalidArgument", 400),
         StoreError::BadRequest { code, status, .. } => (code, *status),

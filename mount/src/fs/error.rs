@@ -21,6 +21,9 @@ pub enum FsError {
     BadHandle,
     #[error("I/O error: {0}")]
     Io(String),
+    /// Not readable with the origin's credentials, or archived.
+    #[error("permission denied: {0}")]
+    Denied(String),
 }
 
 impl FsError {
@@ -33,6 +36,7 @@ impl FsError {
             FsError::Stale(_) => libc::ESTALE,
             FsError::BadHandle => libc::EBADF,
             FsError::Io(_) => libc::EIO,
+            FsError::Denied(_) => libc::EACCES,
         }
     }
 }
@@ -42,6 +46,10 @@ impl From<StoreError> for FsError {
         match e.cause() {
             StoreError::NoSuchKey { .. } => FsError::NotFound,
             StoreError::PreconditionFailed { .. } => FsError::Stale(e.to_string()),
+            StoreError::AccessDenied { .. }
+            | StoreError::Archived { .. }
+            | StoreError::Credentials { .. }
+            | StoreError::ExpiredToken { .. } => FsError::Denied(e.to_string()),
             _ => FsError::Io(e.to_string()),
         }
     }

@@ -3,7 +3,7 @@
 use crate::config::raw::{RawCluster, RawNodeEntry};
 use crate::config::{
     canonical_node_id, defaults, BreakerConfig, ClusterConfig, ClusterMode, CredentialMode,
-    HedgeConfig, Membership, NodeSpec, Timeouts,
+    HedgeConfig, Membership, Network, NodeSpec, Proxy, Timeouts,
 };
 
 use super::{Validator, R};
@@ -136,6 +136,16 @@ impl Validator<'_> {
                 false,
             )?
             .unwrap_or(CredentialMode::Anonymous);
+        if matches!(credentials, CredentialMode::Chain { .. }) {
+            return Err(self.err(
+                "cluster.credentials.profile",
+                "cluster credentials are the keys the nodes' [auth] accepts: write them (or their _env forms)",
+            ));
+        }
+        let network = Network {
+            proxy: self.proxy("cluster.proxy", c.proxy, Proxy::Off)?,
+            ca_bundle: self.ca_bundle("cluster.ca_bundle", c.ca_bundle)?,
+        };
         Ok(ClusterConfig {
             membership,
             zone: c.zone,
@@ -150,6 +160,7 @@ impl Validator<'_> {
             hedge,
             timeouts,
             tls: c.tls.unwrap_or(false),
+            network,
             credentials,
             mode: match c.mode.as_deref() {
                 None | Some("strong") => ClusterMode::Strong,

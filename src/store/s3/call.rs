@@ -8,10 +8,12 @@ use futures_util::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
 
 use super::errors::{from_response, ErrorContext};
-use super::sign::Payload;
+use super::sign::{Payload, Signer};
 use super::{encode, xml, S3Client};
+use crate::aws::endpoint::bucket_region;
 use crate::config::{Addressing, RetryPolicy};
 use crate::store::{stall_guard, ByteStream, Deadline, StoreError};
+use aws_credential_types::Credentials as AwsCredentials;
 
 /// A request before signing.
 pub(super) struct Call<'a> {
@@ -93,10 +95,25 @@ impl S3Client {
 
     /// The encoded URL and the Host header value it implies.
     pub(super) fn url(&self, bucket: &str, key: &str, query: &str) -> (String, String) {
-        let ep = &self.inner.opts.endpoint;
-        let host = ep.host_str().unwrap_or_default();
+        let opts = &self.inner.opts;
+        let ep = &opts.endpoint;
+        let mut host = ep.host_str().unwrap_or_default().to_owned();
+        // A bucket found in another region is reached at that region's endpoint.
+        if let Some(aws) = opts.aws.filter(|a| !a.overridden) {
+            let region = self.region_of(bucket);
+            if !bucket.is_empty() && region != opts.region {
+                host = aws.host(&region);
+            }
+        }
         let port = ep.port().map(|p| format!(":{p}")).unwrap_or_default();
-        let (authority, path) = match self.inner.opts.addressing {
+        // A dotted name cannot be a host under a TLS wildcard certificate.
+        let addressing = match opts.addressing {
+            Addressing::Virtual if bucket.contains('.') && ep.scheme() == "https" => {
+                Addressing::Path
+            }
+            a => a,
+        };
+        let (authority, path) = match addressing {
             // The service itself (ListBuckets), whatever the addressing.
             _ if bucket.is_empty() => (format!("{host}{port}"), "/".to_owned()),
             Addressing::Path if key.is_empty() => (
@@ -126,7 +143,23 @@ impl S3Client {
         read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await
     }
 
-    /// Sends `call`, retrying idempotent requests, and maps error statuses.
+    /// The credentials to sign the next request with; `None` when anonymous.
+    pub(super) async fn credentials(&self) -> Result<Option<AwsCredentials>, StoreError> {
+        match &self.inner.creds {
+            None => Ok(None),
+            Some(src) => src
+                .current()
+                .await
+                .map(Some)
+                .map_err(|e| StoreError::Credentials {
+                    message: e.to_string(),
+                }),
+        }
+    }
+
+    /// Sends `call`, retrying idempotent requests, and maps error statuses. An
+    /// expired token is refreshed and the request sent again once; a bucket found
+    /// in another region is followed once (AWS endpoints) or named in the error.
     pub(super) async fn execute(&self, call: Call<'_>) -> Result<reqwest::Response, StoreError> {
         let policy = self.inner.opts.retry;
         let max = if call.retry {
@@ -135,10 +168,35 @@ impl S3Client {
             1
         };
         let mut attempt = 0;
+        let (mut refreshed, mut moved) = (false, false);
         loop {
             attempt += 1;
-            match self.attempt(&call).await {
+            let creds = self.credentials().await?;
+            match self.attempt(&call, creds.as_ref()).await {
                 Ok(r) => return Ok(r),
+                Err(StoreError::ExpiredToken { .. }) if !refreshed && creds.is_some() => {
+                    refreshed = true;
+                    attempt -= 1;
+                    let src = self.inner.creds.as_ref().expect("signed, so a source");
+                    let stale = creds.as_ref().expect("checked above");
+                    src.refresh_after(stale)
+                        .await
+                        .map_err(|e| StoreError::Credentials {
+                            message: e.to_string(),
+                        })?;
+                }
+                Err(StoreError::WrongRegion { bucket, region, .. })
+                    if !moved && self.inner.opts.aws.is_some() =>
+                {
+                    moved = true;
+                    attempt -= 1;
+                    tracing::info!(
+                        bucket,
+                        region,
+                        "the bucket is in another region: following it"
+                    );
+                    self.inner.regions.lock().unwrap().insert(bucket, region);
+                }
                 Err(e) if e.is_retryable() && attempt < max => {
                     let delay = backoff(&policy, attempt);
                     tracing::debug!(endpoint = %self.inner.label, attempt, ?delay, "retrying after: {e}");
@@ -155,21 +213,60 @@ impl S3Client {
         }
     }
 
-    fn headers(&self, call: &Call<'_>, url: &str, host: &str) -> Result<HeaderMap, StoreError> {
-        let inner = &*self.inner;
+    /// Headers every origin request carries for the bucket's sake.
+    fn option_headers(&self, call: &Call<'_>) -> Vec<(&'static str, String)> {
+        let o = &self.inner.opts.request;
+        let mut h = Vec::new();
+        if call.bucket.is_empty() {
+            return h;
+        }
+        if o.requester_pays {
+            h.push(("x-amz-request-payer", "requester".to_owned()));
+        }
+        if let Some(owner) = &o.expected_bucket_owner {
+            h.push(("x-amz-expected-bucket-owner", owner.clone()));
+        }
+        // SSE-C belongs to object reads and writes, not to listings.
+        if let Some(k) = &o.sse_customer_key {
+            if !call.key.is_empty() && call.method != Method::DELETE {
+                h.push((
+                    "x-amz-server-side-encryption-customer-algorithm",
+                    "AES256".to_owned(),
+                ));
+                h.push(("x-amz-server-side-encryption-customer-key", k.key.clone()));
+                h.push((
+                    "x-amz-server-side-encryption-customer-key-md5",
+                    k.key_md5.clone(),
+                ));
+            }
+        }
+        h
+    }
+
+    fn headers(
+        &self,
+        call: &Call<'_>,
+        url: &str,
+        host: &str,
+        creds: Option<&AwsCredentials>,
+    ) -> Result<HeaderMap, StoreError> {
         let mut headers = HeaderMap::new();
-        for (k, v) in call.signed.iter().chain(call.unsigned.iter()) {
+        let options = self.option_headers(call);
+        let signed: Vec<&(&'static str, String)> =
+            call.signed.iter().chain(options.iter()).collect();
+        for (k, v) in signed.iter().copied().chain(call.unsigned.iter()) {
             headers.insert(
                 *k,
                 v.parse()
                     .map_err(|_| self.protocol(format!("bad header value for {k}")))?,
             );
         }
-        let Some(signer) = &inner.signer else {
+        let Some(creds) = creds else {
             return Ok(headers);
         };
+        let signer = Signer::with_credentials(creds, &self.region_of(call.bucket));
         let mut to_sign: Vec<(&str, &str)> = vec![("host", host)];
-        to_sign.extend(call.signed.iter().map(|(k, v)| (*k, v.as_str())));
+        to_sign.extend(signed.iter().map(|(k, v)| (*k, v.as_str())));
         let payload = if call.method == Method::PUT {
             Payload::Unsigned
         } else {
@@ -197,10 +294,14 @@ impl S3Client {
         Ok(headers)
     }
 
-    async fn attempt(&self, call: &Call<'_>) -> Result<reqwest::Response, StoreError> {
+    async fn attempt(
+        &self,
+        call: &Call<'_>,
+        creds: Option<&AwsCredentials>,
+    ) -> Result<reqwest::Response, StoreError> {
         let inner = &*self.inner;
         let (url, host) = self.url(call.bucket, call.key, &call.query);
-        let headers = self.headers(call, &url, &host)?;
+        let headers = self.headers(call, &url, &host, creds)?;
         let req = inner
             .http
             .request(call.method.clone(), &url)
@@ -225,7 +326,7 @@ impl S3Client {
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
-        if status.is_success() || call.raw {
+        if status.is_success() || (call.raw && !may_be_ours(status)) {
             return Ok(resp);
         }
         let ctx = ErrorContext {
@@ -233,20 +334,77 @@ impl S3Client {
             key: call.key,
             range: call.range.as_deref(),
         };
-        if status == StatusCode::NOT_MODIFIED || call.method == Method::HEAD {
-            return Err(from_response(status.as_u16(), None, None, &ctx));
-        }
-        let body = read_small_body(resp, inner.opts.timeouts.stall, &inner.label)
-            .await
-            .unwrap_or_default();
+        let resp_headers = resp.headers().clone();
+        let body = if status == StatusCode::NOT_MODIFIED || call.method == Method::HEAD {
+            Bytes::new()
+        } else {
+            read_small_body(resp, inner.opts.timeouts.stall, &inner.label)
+                .await
+                .unwrap_or_default()
+        };
         let parsed = xml::parse_error(&body);
-        Err(from_response(
-            status.as_u16(),
-            parsed.code,
-            parsed.message,
-            &ctx,
-        ))
+        if let Some(e) =
+            self.wrong_region(call, status, &resp_headers, parsed.code.as_deref(), &body)
+        {
+            return Err(e);
+        }
+        let mut e = from_response(status.as_u16(), parsed.code, parsed.message, &ctx);
+        if call.raw && !matches!(e, StoreError::ExpiredToken { .. }) {
+            // Not about our credentials or region: the asker gets it as it came.
+            let mut back = http::Response::new(reqwest::Body::from(body));
+            *back.status_mut() = status;
+            *back.headers_mut() = resp_headers;
+            return Ok(reqwest::Response::from(back));
+        }
+        if let StoreError::AccessDenied { message } = &mut e {
+            if !inner.opts.request.requester_pays
+                && !call.bucket.is_empty()
+                && inner.creds.is_some()
+            {
+                message.push_str(
+                    " (if the bucket is requester-pays, set origin.requester_pays = true)",
+                );
+            }
+        }
+        Err(e)
     }
+
+    /// A 301, or a 400 naming another region, for a bucket signed for this one.
+    fn wrong_region(
+        &self,
+        call: &Call<'_>,
+        status: StatusCode,
+        headers: &HeaderMap,
+        code: Option<&str>,
+        body: &[u8],
+    ) -> Option<StoreError> {
+        let about_region = status == StatusCode::MOVED_PERMANENTLY
+            || matches!(
+                code,
+                Some(
+                    "AuthorizationHeaderMalformed"
+                        | "PermanentRedirect"
+                        | "IllegalLocationConstraintException"
+                )
+            )
+            || (status == StatusCode::BAD_REQUEST && headers.contains_key("x-amz-bucket-region"));
+        if !about_region || call.bucket.is_empty() {
+            return None;
+        }
+        let signed_for = self.region_of(call.bucket);
+        let region = bucket_region(headers, body).filter(|r| *r != signed_for)?;
+        Some(StoreError::WrongRegion {
+            bucket: call.bucket.to_owned(),
+            region,
+            signed_for,
+        })
+    }
+}
+
+/// An error status a passed-through request may owe to this client's own
+/// credentials or region, which it must handle rather than pass on.
+fn may_be_ours(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 301 | 400 | 403)
 }
 
 fn transport_error(endpoint: &str, e: &reqwest::Error, connect_timeout: Duration) -> StoreError {

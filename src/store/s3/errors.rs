@@ -24,6 +24,15 @@ pub(crate) fn from_response(
     let message = message.unwrap_or_else(|| default_message(status).to_owned());
     match (status, code_s.as_str()) {
         (_, "NoSuchBucket") => StoreError::NoSuchBucket { bucket },
+        (_, "ExpiredToken" | "InvalidToken" | "TokenRefreshRequired") => StoreError::ExpiredToken {
+            code: code_s,
+            message,
+        },
+        (_, "InvalidObjectState") => StoreError::Archived {
+            bucket,
+            key,
+            message,
+        },
         (_, "NoSuchKey") => StoreError::NoSuchKey { bucket, key },
         (404, _) if ctx.key.is_empty() => StoreError::NoSuchBucket { bucket },
         (404, _) => StoreError::NoSuchKey { bucket, key },

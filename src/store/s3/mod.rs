@@ -16,14 +16,19 @@ mod sign;
 mod write;
 mod xml;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Method;
 
 use super::{GetObject, GetResponse, ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError};
-use crate::config::{Addressing, CredentialMode, OriginConfig, RetryPolicy, Timeouts};
+use crate::aws::credentials::CredentialSource;
+use crate::aws::endpoint::AwsEndpoint;
+use crate::config::{
+    Addressing, CredentialMode, Network, OriginConfig, Proxy, RequestOptions, RetryPolicy, Timeouts,
+};
 
 pub use encode::{key_problem, path as encode_path, query_value};
 pub use sign::{Payload, Signer};
@@ -58,6 +63,12 @@ pub struct S3ClientOptions {
     pub sign_range: bool,
     /// Idle pooled connections kept per host.
     pub pool_idle_per_host: usize,
+    /// Proxy and trusted roots.
+    pub network: Network,
+    /// Headers every request carries (requester pays, bucket owner, SSE-C).
+    pub request: RequestOptions,
+    /// AWS's own endpoint: a bucket in another region is followed there.
+    pub aws: Option<AwsEndpoint>,
 }
 
 impl S3ClientOptions {
@@ -71,6 +82,9 @@ impl S3ClientOptions {
             retry: o.retry,
             sign_range: true,
             pool_idle_per_host: 64,
+            network: o.network.clone(),
+            request: o.request.clone(),
+            aws: o.aws,
         }
     }
 }
@@ -84,34 +98,63 @@ pub struct S3Client {
 struct Inner {
     http: reqwest::Client,
     opts: S3ClientOptions,
-    signer: Option<Signer>,
+    /// `None`: anonymous, unsigned.
+    creds: Option<Arc<CredentialSource>>,
     label: String,
+    /// Buckets found in another region than `opts.region` (AWS endpoints only).
+    regions: Mutex<HashMap<String, String>>,
 }
 
 impl S3Client {
     pub fn new(opts: S3ClientOptions) -> Result<S3Client, StoreError> {
         let label = opts.endpoint.as_str().trim_end_matches('/').to_owned();
-        let http = reqwest::Client::builder()
+        let failed = |message: String| StoreError::Transport {
+            endpoint: label.clone(),
+            message,
+        };
+        let mut b = reqwest::Client::builder()
             .connect_timeout(opts.timeouts.connect)
             .pool_max_idle_per_host(opts.pool_idle_per_host)
             .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            .no_proxy()
+            .tcp_nodelay(true);
+        b = match &opts.network.proxy {
+            // reqwest reads HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY itself.
+            Proxy::FromEnv => b,
+            Proxy::Off => b.no_proxy(),
+            Proxy::Url(u) => b.proxy(
+                reqwest::Proxy::all(u)
+                    .map_err(|e| failed(format!("bad proxy {u}: {e}")))?
+                    .no_proxy(reqwest::NoProxy::from_env()),
+            ),
+        };
+        if let Some(path) = &opts.network.ca_bundle {
+            let pem = std::fs::read(path)
+                .map_err(|e| failed(format!("cannot read CA bundle {}: {e}", path.display())))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| failed(format!("CA bundle {} is not PEM: {e}", path.display())))?;
+            for c in certs {
+                b = b.add_root_certificate(c);
+            }
+        }
+        let http = b
             .build()
-            .map_err(|e| StoreError::Transport {
-                endpoint: label.clone(),
-                message: format!("cannot build HTTP client: {e}"),
-            })?;
-        let signer = match &opts.credentials {
-            CredentialMode::Keys(c) => Some(Signer::new(c, &opts.region)),
+            .map_err(|e| failed(format!("cannot build HTTP client: {e}")))?;
+        let creds = match &opts.credentials {
+            CredentialMode::Keys(c) => Some(CredentialSource::fixed(c)),
             CredentialMode::Anonymous => None,
+            CredentialMode::Chain { profile } => Some(CredentialSource::chain(
+                profile.as_deref(),
+                &opts.region,
+                opts.timeouts.first_byte,
+            )),
         };
         Ok(S3Client {
             inner: Arc::new(Inner {
                 http,
                 opts,
-                signer,
+                creds,
                 label,
+                regions: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -126,6 +169,24 @@ impl S3Client {
 
     pub fn options(&self) -> &S3ClientOptions {
         &self.inner.opts
+    }
+
+    /// Fetches credentials now (they are otherwise fetched at the first request):
+    /// a program checks at start that it has some, with the error naming what was
+    /// tried.
+    pub async fn check_credentials(&self) -> Result<(), StoreError> {
+        self.credentials().await.map(|_| ())
+    }
+
+    /// The region requests for `bucket` are signed for.
+    pub fn region_of(&self, bucket: &str) -> String {
+        self.inner
+            .regions
+            .lock()
+            .unwrap()
+            .get(bucket)
+            .cloned()
+            .unwrap_or_else(|| self.inner.opts.region.clone())
     }
 
     /// `GET` of an object or range, collected into one buffer; a body cut off

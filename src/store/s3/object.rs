@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, Method};
 
 use super::call::{body_stream, query_string, Call};
-use super::S3Client;
+use super::{S3Client, Signer};
 use crate::store::{unquote_etag, GetObject, GetResponse, ObjectMeta, StoreError};
 
 impl S3Client {
@@ -35,7 +35,7 @@ impl S3Client {
     }
 
     /// A presigned GET URL for `bucket/key`, valid for `expires`.
-    pub fn presign_get(
+    pub async fn presign_get(
         &self,
         bucket: &str,
         key: &str,
@@ -43,14 +43,13 @@ impl S3Client {
     ) -> Result<String, StoreError> {
         self.check_key(key)?;
         let (url, host) = self.url(bucket, key, "");
-        let signer = self
-            .inner
-            .signer
-            .as_ref()
+        let creds = self
+            .credentials()
+            .await?
             .ok_or_else(|| StoreError::AccessDenied {
                 message: "cannot presign without credentials".into(),
             })?;
-        signer
+        Signer::with_credentials(&creds, &self.region_of(bucket))
             .presign("GET", &url, &[("host", &host)], expires, SystemTime::now())
             .map_err(|m| self.protocol(m))
     }

@@ -46,6 +46,15 @@ impl Signer {
         Self::for_service(creds, region, "s3")
     }
 
+    /// For S3 with credentials from a provider (which may carry an expiry).
+    pub fn with_credentials(creds: &aws_credential_types::Credentials, region: &str) -> Self {
+        Self {
+            identity: creds.clone().into(),
+            region: region.to_owned(),
+            service: "s3".to_owned(),
+        }
+    }
+
     pub fn for_service(creds: &Credentials, region: &str, service: &str) -> Self {
         let c = aws_credential_types::Credentials::new(
             creds.access_key_id.clone(),
