@@ -63,7 +63,12 @@ check "umount" umount "$work/mnt"
 echo "== container, Kubernetes, monitoring"
 check "hadolint Dockerfile" hadolint packaging/container/Dockerfile
 check "Kubernetes manifests validate" kubernetes-validate packaging/kubernetes/configmap.yaml packaging/kubernetes/service.yaml \
-  packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml
+  packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml packaging/kubernetes/serviceaccount.yaml
+check "origin credentials come from service accounts, not keys" sh -c \
+  '! grep -q "origin-access-key\|SHOAL_ORIGIN_KEY\"" packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml &&
+   grep -q "serviceAccountName: shoal-node" packaging/kubernetes/statefulset.yaml &&
+   grep -q "serviceAccountName: shoal-reader" packaging/kubernetes/reader-pod.yaml &&
+   grep -q "eks.amazonaws.com/role-arn" packaging/kubernetes/serviceaccount.yaml'
 check "headless Service publishes not-ready addresses" grep -q "publishNotReadyAddresses: true" packaging/kubernetes/service.yaml
 check "promtool check rules" promtool check rules packaging/monitoring/alerts.yml
 check "Grafana dashboard is JSON" python3 -m json.tool packaging/monitoring/grafana-dashboard.json

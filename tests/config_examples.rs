@@ -48,6 +48,11 @@ fn every_example_config_loads() {
     for (name, body) in embedded_files(&cm) {
         let cfg = shoal::config::Config::parse(&body, &name, &shoal::config::ProcessEnv)
             .unwrap_or_else(|e| panic!("configmap {e}"));
+        assert_eq!(
+            cfg.origin().unwrap().credentials,
+            shoal::config::CredentialMode::Chain { profile: None },
+            "{name}: origin credentials come from the pod's role, not keys"
+        );
         if name == "node.toml" {
             assert!(cfg.node().is_ok() && cfg.auth().is_ok());
             assert!(cfg.cluster().is_some(), "node pods pass purges on");

@@ -19,6 +19,11 @@ use shoal::config::{Config, Overrides};
 /// or presigned URL). GET /healthz answers "ok"; GET /metrics is Prometheus text;
 /// a signed POST /BUCKET?shoal-purge&prefix=P (or &key=K) drops cached data.
 /// SIGTERM or SIGINT stops accepting and drains open requests.
+///
+/// Origin credentials: the keys in [origin.credentials], or without them the AWS
+/// credential chain (environment, shared config and credentials files, web
+/// identity, container credentials, EC2 instance metadata), refreshed as they
+/// expire; the node does not start without any.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {

@@ -36,6 +36,8 @@ struct Tally {
     already: AtomicU64,
     fetched: AtomicU64,
     failures: AtomicU64,
+    /// Objects in an archive class, left alone.
+    archived: AtomicU64,
     per_node: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -62,8 +64,9 @@ async fn count(origin: &S3Client, bucket: &str, prefix: &str) -> Result<(u64, u6
             .list_objects_v2(&req)
             .await
             .map_err(|e| e.to_string())?;
-        n += page.objects.len() as u64;
-        bytes += page.objects.iter().map(|o| o.size).sum::<u64>();
+        let readable = page.objects.iter().filter(|o| !o.archived());
+        n += readable.clone().count() as u64;
+        bytes += readable.map(|o| o.size).sum::<u64>();
         match page.next_continuation_token {
             Some(t) => req.continuation_token = Some(t),
             None => return Ok((n, bytes)),
@@ -166,6 +169,12 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
         t.fetched.load(Relaxed),
         t.failures.load(Relaxed)
     );
+    let archived = t.archived.load(Relaxed);
+    if archived > 0 {
+        println!(
+            "skipped {archived} archived objects (GLACIER, DEEP_ARCHIVE): restore them, then warm them"
+        );
+    }
     for (node, bytes) in t.per_node.lock().unwrap().iter() {
         println!("  {node:<28} {bytes} bytes ({})", human(*bytes as f64));
     }
@@ -200,6 +209,11 @@ async fn warm_all(
             .map_err(|e| e.to_string())?;
         let mut blocks = Vec::new();
         for o in page.objects {
+            if o.archived() {
+                // Unreadable until restored: a GET would only fail.
+                tally.archived.fetch_add(1, Relaxed);
+                continue;
+            }
             let meta = ObjectMeta {
                 size: o.size,
                 etag: o.etag.clone(),

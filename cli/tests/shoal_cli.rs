@@ -50,6 +50,16 @@ async fn warm_makes_the_cluster_hot() {
         o.put(BUCKET, &format!("ds/f{i}"), data(*s, i as u64));
     }
     o.put(BUCKET, "other/not-warmed", data(MIB, 99));
+    // Unreadable until restored: warm leaves it alone and says so.
+    o.put_with(
+        BUCKET,
+        "ds/zz-archived",
+        data(MIB, 98),
+        shoal_testorigin::ObjectAttrs {
+            storage_class: Some("DEEP_ARCHIVE".into()),
+            ..Default::default()
+        },
+    );
 
     let dry = shoal(&cfg, &["warm", &format!("s3://{BUCKET}/ds/"), "--dry-run"]).await;
     assert!(
@@ -73,6 +83,8 @@ async fn warm_makes_the_cluster_hot() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(stdout.contains("skipped 1 archived"), "{stdout}");
+    assert_eq!(o.stats.snapshot().gets_of(BUCKET, "ds/zz-archived"), 0);
     assert!(
         stdout.contains(&format!("warmed: 5 of 5 objects, {total} bytes")),
         "{stdout}"

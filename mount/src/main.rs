@@ -17,6 +17,12 @@ use shoal_mount::MountSpec;
 /// Runs in the background by default and returns once the mount is live (or prints
 /// why it could not mount and exits non-zero). SIGINT or SIGTERM unmounts cleanly.
 /// As a mount helper: `mount -t fuse.shoal BUCKET /mnt -o config=/etc/shoal/mount.toml`.
+///
+/// Origin credentials: the keys in [origin.credentials], or without them the AWS
+/// credential chain (environment, shared config and credentials files, web
+/// identity, container credentials, EC2 instance metadata), refreshed as they
+/// expire. The region: origin.region, --region, AWS_REGION, AWS_DEFAULT_REGION, the
+/// profile's, then instance metadata on AWS's own endpoints.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {

@@ -198,6 +198,7 @@ impl super::ObjectStore for MemoryStore {
                         size: o.meta.size,
                         etag: o.meta.etag.clone(),
                         last_modified: o.meta.last_modified,
+                        storage_class: None,
                     });
                 }
             }

@@ -69,6 +69,22 @@ pub struct ObjectMeta {
     pub headers: Vec<(String, String)>,
 }
 
+impl ObjectMeta {
+    /// The archive class of an object not (or not yet) restored: GETs of it fail.
+    pub fn archived(&self) -> Option<&str> {
+        let header = |n: &str| {
+            self.headers
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.as_str())
+        };
+        let class = header("x-amz-storage-class").filter(|c| is_archive_class(c))?;
+        let restored =
+            header("x-amz-restore").is_some_and(|r| r.contains("ongoing-request=\"false\""));
+        (!restored).then_some(class)
+    }
+}
+
 /// The headers an object is stored with, beside `Content-Type` and the metadata
 /// (`x-amz-meta-*`): a cache passes them on as the origin gave them.
 pub const STORED_HEADERS: &[&str] = &[
@@ -78,6 +94,7 @@ pub const STORED_HEADERS: &[&str] = &[
     "content-language",
     "expires",
     "x-amz-storage-class",
+    "x-amz-restore",
     "x-amz-version-id",
     "x-amz-website-redirect-location",
     "x-amz-server-side-encryption",
@@ -173,6 +190,21 @@ pub struct ListEntry {
     /// Without quotes; empty if the server left it out.
     pub etag: String,
     pub last_modified: Option<SystemTime>,
+    /// Absent for STANDARD.
+    pub storage_class: Option<String>,
+}
+
+impl ListEntry {
+    /// In an archive class: readable only once restored.
+    pub fn archived(&self) -> bool {
+        self.storage_class.as_deref().is_some_and(is_archive_class)
+    }
+}
+
+/// Storage classes whose objects must be restored before a GET (Glacier Instant
+/// Retrieval is not one of them).
+pub fn is_archive_class(class: &str) -> bool {
+    matches!(class, "GLACIER" | "DEEP_ARCHIVE")
 }
 
 #[derive(Clone, Debug, Default)]

@@ -3,15 +3,19 @@
 //! the metrics they expose. Each crate's `tests/common` adds only what is its own
 //! (an in-process node, say).
 
+mod aws_mock;
 mod client;
 mod config;
 mod data;
 mod metrics;
 mod moto;
 mod origin;
+mod pki;
 mod procs;
+mod proxy;
 mod wait;
 
+pub use aws_mock::{AwsMock, Issued, CONTAINER_TOKEN, ROLE_ARN};
 pub use client::{client_options, node_s3_client};
 pub use config::{
     cluster_toml, mount_toml, node_section, node_toml, origin_section, origin_toml, parse,
@@ -21,7 +25,9 @@ pub use data::data;
 pub use metrics::{metric, metric_required, scrape};
 pub use moto::Moto;
 pub use origin::{origin, origin_client, BUCKET};
+pub use pki::PrivateCa;
 pub use procs::{bin, free_addr, is_mounted, q, sh, sh_ok, signal, Mount, NodeProcess};
+pub use proxy::Proxy;
 pub use wait::{wait_for, wait_until};
 
 pub use shoal_testorigin::{FaultSettings, Origin, OriginOptions};

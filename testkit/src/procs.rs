@@ -47,6 +47,15 @@ impl NodeProcess {
 
     /// [`spawn`](Self::spawn) run by `wrapper` (like `setpriv ... --`), if not empty.
     pub fn spawn_under(wrapper: &[&str], config: &Path) -> NodeProcess {
+        Self::spawn_full(wrapper, &[], config)
+    }
+
+    /// [`spawn`](Self::spawn) with `env` added to its environment.
+    pub fn spawn_with_env(config: &Path, env: &[(String, String)]) -> NodeProcess {
+        Self::spawn_full(&[], env, config)
+    }
+
+    fn spawn_full(wrapper: &[&str], env: &[(String, String)], config: &Path) -> NodeProcess {
         let node = bin("shoal-node");
         let mut cmd = match wrapper.split_first() {
             None => Command::new(&node),
@@ -59,6 +68,7 @@ impl NodeProcess {
         let mut child = cmd
             .arg("--config")
             .arg(config)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -70,8 +80,10 @@ impl NodeProcess {
         let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let _ = tx.send(rest.trim().to_owned());
+                // "listening on http://ADDR" or "https://ADDR"
+                if let Some(rest) = line.split("listening on http").nth(1) {
+                    let addr = rest.trim_start_matches('s').trim_start_matches("://");
+                    let _ = tx.send(addr.trim().to_owned());
                 }
                 kept.lock().unwrap().push(line);
             }
@@ -134,22 +146,57 @@ pub struct Mount {
 impl Mount {
     /// Mounts `source` with config `toml` and extra `args`, and waits until it is live.
     pub fn start(toml: &str, source: &str, args: &[&str]) -> Mount {
+        Self::start_with_env(toml, source, args, &[])
+    }
+
+    /// [`start`](Self::start) with `env` added to the mount's environment.
+    pub fn start_with_env(
+        toml: &str,
+        source: &str,
+        args: &[&str],
+        env: &[(String, String)],
+    ) -> Mount {
+        Self::launch(toml, source, args, env, false)
+    }
+
+    /// [`start`](Self::start) with its log (stderr, at `info`) kept in
+    /// [`log`](Self::log).
+    pub fn start_logged(toml: &str, source: &str, args: &[&str]) -> Mount {
+        Self::launch(toml, source, args, &[], true)
+    }
+
+    /// What a [`start_logged`](Self::start_logged) mount has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mount.log")).unwrap_or_default()
+    }
+
+    fn launch(
+        toml: &str,
+        source: &str,
+        args: &[&str],
+        env: &[(String, String)],
+        logged: bool,
+    ) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mountpoint");
         let cfg = dir.path().join("mount.toml");
         std::fs::write(&cfg, toml).expect("write mount config");
-        let child = Command::new(bin("shoal-mount"))
-            .arg("--config")
+        let mut cmd = Command::new(bin("shoal-mount"));
+        cmd.arg("--config")
             .arg(&cfg)
             .arg("--foreground")
             .args(args)
             .arg(source)
             .arg(&mnt)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start shoal-mount");
+            .stdout(Stdio::null());
+        if logged {
+            let log = std::fs::File::create(dir.path().join("mount.log")).expect("log file");
+            cmd.stderr(log).env("RUST_LOG", "info");
+        }
+        let child = cmd.spawn().expect("start shoal-mount");
         let mut m = Mount {
             dir,
             mnt,

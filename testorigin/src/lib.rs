@@ -8,6 +8,7 @@ mod auth;
 mod faults;
 mod lists;
 mod objects;
+mod policy;
 mod s3impl;
 mod server;
 mod store;
@@ -22,6 +23,7 @@ use tokio::sync::oneshot;
 pub use auth::Keys;
 pub use faults::{FaultSettings, Faults, RequestCount, RequestKind, Stats, StatsSnapshot};
 pub use lists::s3_url_encode;
+pub use policy::{BucketPolicy, Policy};
 pub use store::{ObjectAttrs, Store, StoredObject};
 
 /// How to start an origin.
@@ -33,6 +35,8 @@ pub struct OriginOptions {
     pub region: String,
     /// Buckets created at start.
     pub buckets: Vec<String>,
+    /// Serve HTTPS with this certificate chain and key (PEM).
+    pub tls: Option<(String, String)>,
 }
 
 impl Default for OriginOptions {
@@ -43,8 +47,27 @@ impl Default for OriginOptions {
             secret_key: "shoal-test-secret-0123456789".into(),
             region: "us-east-1".into(),
             buckets: vec!["shoal-test".into()],
+            tls: None,
         }
     }
+}
+
+fn tls_acceptor(cert: &str, key: &str) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let certs = rustls_pemfile::certs(&mut cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = rustls_pemfile::private_key(&mut key.as_bytes())
+        .map_err(|e| e.to_string())?
+        .ok_or("no private key")?;
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| e.to_string())?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 /// A running origin. Dropping it stops the server.
@@ -56,6 +79,8 @@ pub struct Origin {
     pub store: Arc<Store>,
     pub faults: Arc<Faults>,
     pub stats: Arc<Stats>,
+    /// Bucket regions, requester pays, owners, and temporary keys' sessions.
+    pub policy: Policy,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -84,13 +109,19 @@ impl Origin {
         builder.set_auth(keys.clone());
         let faults = Arc::new(Faults::default());
         let stats = Arc::new(Stats::default());
+        let policy = Policy::default();
         let shared = Arc::new(server::Shared {
             s3: builder.build(),
             faults: faults.clone(),
             stats: stats.clone(),
+            policy: policy.clone(),
         });
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server::serve(listener, shared, async {
+        let tls = options
+            .tls
+            .as_ref()
+            .map(|(cert, key)| tls_acceptor(cert, key).expect("a usable certificate and key"));
+        let task = tokio::spawn(server::serve(listener, shared, tls, async {
             let _ = stopped.await;
         }));
         Origin {
@@ -100,14 +131,33 @@ impl Origin {
             store,
             faults,
             stats,
+            policy,
             stop: Some(stop),
             task: Some(task),
         }
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` with TLS)
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Adds a temporary key: requests signed with it must carry `token`, and fail
+    /// with `ExpiredToken` from `expires` on.
+    pub fn add_temporary_key(
+        &self,
+        access_key: &str,
+        secret_key: &str,
+        token: &str,
+        expires: Option<std::time::SystemTime>,
+    ) {
+        self.keys.add(access_key, secret_key);
+        self.policy.add_session(access_key, token, expires);
     }
 
     /// Stores an object directly (no HTTP, not counted), returning its ETag.

@@ -35,6 +35,12 @@ struct Args {
     /// Load every file under DIR into the first bucket, keyed by its relative path.
     #[arg(long, value_name = "DIR")]
     seed: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Write the bound address to this file once listening (for scripts using port 0).
     #[arg(long, value_name = "FILE")]
     addr_file: Option<PathBuf>,
@@ -71,12 +77,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let args = Args::parse();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            Some((read(c)?, read(k)?))
+        }
+        _ => None,
+    };
     let origin = Origin::start(OriginOptions {
         listen: args.listen,
         access_key: args.access_key,
         secret_key: args.secret_key,
         region: "us-east-1".into(),
         buckets: args.buckets.clone(),
+        tls,
     })
     .await
     .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

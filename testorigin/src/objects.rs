@@ -117,8 +117,48 @@ macro_rules! attrs_of {
                 .as_ref()
                 .map(|c| c.as_str().to_owned())
                 .filter(|c| c != StorageClass::STANDARD),
+            restored: false,
+            sse_customer_key_md5: i.sse_customer_key_md5.clone(),
         }
     }};
+}
+
+/// Whether `obj` may be read as asked: an SSE-C object only with its key, an
+/// archived one (GET only) only once restored.
+pub fn readable(obj: &StoredObject, sse_key_md5: Option<&str>, get: bool) -> S3Result<()> {
+    match (&obj.attrs.sse_customer_key_md5, sse_key_md5) {
+        (Some(_), None) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The object was stored using a form of Server Side Encryption. The correct parameters must be provided to retrieve the object."
+            ))
+        }
+        (Some(want), Some(got)) if want != got => {
+            return Err(s3_error!(
+                AccessDenied,
+                "The calculated MD5 hash of the key did not match the hash that was provided."
+            ))
+        }
+        _ => {}
+    }
+    let archived = matches!(
+        obj.attrs.storage_class.as_deref(),
+        Some("GLACIER" | "DEEP_ARCHIVE")
+    );
+    if get && archived && !obj.attrs.restored {
+        return Err(s3_error!(
+            InvalidObjectState,
+            "The operation is not valid for the object's storage class"
+        ));
+    }
+    Ok(())
+}
+
+/// `x-amz-restore` for a restored archived object.
+pub fn restore_header(obj: &StoredObject) -> Option<String> {
+    obj.attrs.restored.then(|| {
+        "ongoing-request=\"false\", expiry-date=\"Fri, 01 Jan 2100 00:00:00 GMT\"".to_owned()
+    })
 }
 pub(crate) use attrs_of;
 

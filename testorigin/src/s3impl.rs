@@ -12,7 +12,9 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
 use crate::lists::{self, Encoder};
-use crate::objects::{attrs_of, content_range, span, stored_headers, Conditions, Overrides};
+use crate::objects::{
+    attrs_of, content_range, readable, restore_header, span, stored_headers, Conditions, Overrides,
+};
 use crate::store::{Missing, Store, StoredObject, UploadError};
 
 #[derive(Clone)]
@@ -216,6 +218,7 @@ impl S3 for MemS3 {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
+        readable(&obj, input.sse_customer_key_md5.as_deref(), false)?;
         Conditions {
             if_match: input.if_match.as_ref(),
             if_none_match: input.if_none_match.as_ref(),
@@ -234,6 +237,7 @@ impl S3 for MemS3 {
             ..Default::default()
         };
         stored_headers!(out, &obj.attrs, Overrides::default());
+        out.restore = restore_header(&obj);
         out.parts_count = parts_count(&obj, input.part_number);
         Ok(S3Response::new(out))
     }
@@ -244,6 +248,7 @@ impl S3 for MemS3 {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         let obj = self.store.get(&input.bucket, &input.key).map_err(missing)?;
+        readable(&obj, input.sse_customer_key_md5.as_deref(), true)?;
         Conditions {
             if_match: input.if_match.as_ref(),
             if_none_match: input.if_none_match.as_ref(),

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::faults::{roll, FaultSettings, Faults, RequestKind, Stats};
+use crate::policy::Policy;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type RespBody = BoxBody<Bytes, BoxError>;
@@ -28,11 +29,17 @@ pub struct Shared {
     pub s3: s3s::service::S3Service,
     pub faults: Arc<Faults>,
     pub stats: Arc<Stats>,
+    pub policy: Policy,
 }
 
 /// Serves connections from `listener` until `shutdown` completes; open connections
 /// are dropped then.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -49,12 +56,23 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Fu
                 };
                 let _ = sock.set_nodelay(true);
                 let shared = shared.clone();
+                let tls = tls.clone();
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(shared.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(sock), svc)
-                        .await;
+                    let mut http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http.keep_alive(true).serve_connection(TokioIo::new(sock), svc).await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(Ok(stream)) =
+                                tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await
+                            else {
+                                return;
+                            };
+                            let _ = http.keep_alive(true).serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -72,6 +90,7 @@ async fn handle(
     let kind = request_kind(&req);
     let is_get = kind.method == "GET";
     let kind_is_head = kind.method == "HEAD";
+    let kind_bucket = kind.bucket.clone();
     shared.stats.record(kind);
 
     let f = shared.faults.get();
@@ -92,6 +111,31 @@ async fn handle(
     let delay = shared.faults.first_byte_delay();
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    let query = req.uri().query().unwrap_or("").to_owned();
+    if let Some(r) = shared.policy.check(&kind_bucket, req.headers(), &query) {
+        let mut resp = if kind_is_head {
+            full(r.status, "application/xml", Bytes::new())
+        } else {
+            let region = r
+                .region
+                .as_ref()
+                .map(|g| format!("<Region>{g}</Region>"))
+                .unwrap_or_default();
+            full(
+                r.status,
+                "application/xml",
+                format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message>{region}</Error>",
+                    r.code, r.message
+                ),
+            )
+        };
+        if let Some(g) = r.region {
+            resp.headers_mut()
+                .insert("x-amz-bucket-region", g.parse().expect("a region name"));
+        }
+        return Ok(resp);
     }
 
     let resp = match hyper::service::Service::call(&shared.s3, req).await {

@@ -24,6 +24,10 @@ pub struct ObjectAttrs {
     pub metadata: BTreeMap<String, String>,
     /// Absent for STANDARD, as S3 leaves it out.
     pub storage_class: Option<String>,
+    /// An archived object (GLACIER, DEEP_ARCHIVE) restored for reading.
+    pub restored: bool,
+    /// Base64 MD5 of the SSE-C key the object was written with.
+    pub sse_customer_key_md5: Option<String>,
 }
 
 /// One stored object version.

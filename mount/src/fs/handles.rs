@@ -53,6 +53,16 @@ impl Fs {
             Some(m) => m,
             None => self.refresh_file(&path).await?,
         };
+        if let Some(class) = meta.archived() {
+            let key = self.full_key(&path);
+            if self.archived_told.lock().unwrap().insert(key.clone()) {
+                tracing::warn!(
+                    "s3://{}/{key} is archived ({class}) and not restored: restore it first (aws s3api restore-object), then read it",
+                    self.opts.bucket
+                );
+            }
+            return Err(FsError::Denied(format!("{key} is archived ({class})")));
+        }
         let handle = self
             .reader
             .open(&self.opts.bucket, &self.full_key(&path), Some(meta.clone()))

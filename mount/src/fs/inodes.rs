@@ -22,12 +22,16 @@ pub(super) struct Inode {
     /// page cache is per inode, not per handle: a handle pinned to another version
     /// reads around it (direct I/O).
     pub page_version: Option<String>,
+    /// Listed in an archive class (GLACIER, DEEP_ARCHIVE): its version is never
+    /// taken on trust, so each open asks whether it is restored.
+    pub archived: bool,
 }
 
 impl Inode {
     /// What is known of a file's version, if it is fresh enough to pin.
     pub fn fresh_meta(&self, ttl: Duration) -> Option<ObjectMeta> {
-        (self.fetched.elapsed() < ttl && !self.etag.is_empty()).then(|| ObjectMeta {
+        let fresh = self.fetched.elapsed() < ttl && !self.etag.is_empty() && !self.archived;
+        fresh.then(|| ObjectMeta {
             size: self.size,
             etag: self.etag.clone(),
             last_modified: Some(self.mtime),
@@ -58,6 +62,7 @@ impl Inodes {
             mtime: mounted_at,
             fetched: Instant::now(),
             page_version: None,
+            archived: false,
         };
         Inodes {
             table: Mutex::new(Table {
@@ -98,6 +103,7 @@ impl Inodes {
                         mtime: self.mounted_at,
                         fetched: Instant::now(),
                         page_version: None,
+                        archived: false,
                     },
                 );
                 ino
@@ -110,6 +116,12 @@ impl Inodes {
             node.fetched = Instant::now();
         }
         ino
+    }
+
+    pub fn set_archived(&self, ino: u64, archived: bool) {
+        if let Some(n) = self.table.lock().unwrap().by_ino.get_mut(&ino) {
+            n.archived = archived;
+        }
     }
 
     pub fn path(&self, ino: u64) -> Result<(String, Kind), FsError> {

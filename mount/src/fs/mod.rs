@@ -111,6 +111,8 @@ pub struct Fs {
     /// Whether files can be fetched ahead: only into a client RAM tier.
     fetch_blocks: bool,
     next_fh: AtomicU64,
+    /// Archived objects someone tried to open, each logged once.
+    archived_told: Mutex<std::collections::HashSet<String>>,
     pub stats: FsStats,
 }
 
@@ -123,6 +125,7 @@ impl Fs {
             reader,
             inodes: inodes::Inodes::new(SystemTime::now()),
             dirs: Mutex::new(HashMap::new()),
+            archived_told: Mutex::new(Default::default()),
             listing_flights: Flights::default(),
             negative: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),

@@ -38,11 +38,12 @@ impl Fs {
             .origin
             .head(&GetObject::new(&self.opts.bucket, self.full_key(path)))
             .await?;
-        self.inodes.intern(
+        let ino = self.inodes.intern(
             path,
             Kind::File,
             Some((meta.size, &meta.etag, meta.last_modified)),
         );
+        self.inodes.set_archived(ino, meta.archived().is_some());
         Ok(meta)
     }
 
@@ -137,6 +138,7 @@ impl Fs {
                     Kind::File,
                     Some((o.size, &o.etag, o.last_modified)),
                 );
+                self.inodes.set_archived(ino, o.archived());
                 let entry = DirEntry {
                     name: name.to_owned(),
                     ino,
@@ -211,6 +213,7 @@ impl Fs {
                     Kind::File,
                     Some((meta.size, &meta.etag, meta.last_modified)),
                 );
+                self.inodes.set_archived(ino, meta.archived().is_some());
                 self.getattr_cached(ino)
             }
             Err(StoreError::NoSuchKey { .. }) => {

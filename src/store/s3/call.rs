@@ -348,6 +348,15 @@ impl S3Client {
         {
             return Err(e);
         }
+        let refreshable = inner.creds.as_ref().is_some_and(|c| c.refreshes());
+        if call.method == Method::HEAD && status == StatusCode::BAD_REQUEST && refreshable {
+            // A HEAD has no error body to name ExpiredToken by, and S3 answers an
+            // expired token with a bare 400: worth one refresh.
+            return Err(StoreError::ExpiredToken {
+                code: "Http400".into(),
+                message: "a HEAD answered 400 with no body, as for an expired token".into(),
+            });
+        }
         let mut e = from_response(status.as_u16(), parsed.code, parsed.message, &ctx);
         if call.raw && !matches!(e, StoreError::ExpiredToken { .. }) {
             // Not about our credentials or region: the asker gets it as it came.
@@ -415,6 +424,12 @@ fn transport_error(endpoint: &str, e: &reqwest::Error, connect_timeout: Duration
         message.push_str(": ");
         message.push_str(&s.to_string());
         src = s.source();
+    }
+    if message.contains("UnknownIssuer") || message.contains("invalid peer certificate") {
+        message.push_str(
+            " (the server's certificate is not from a trusted CA: name its CA in ca_bundle \
+             ([origin] or [cluster]) or AWS_CA_BUNDLE)",
+        );
     }
     if e.is_connect() && e.is_timeout() {
         StoreError::Timeout {

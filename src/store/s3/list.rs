@@ -42,6 +42,7 @@ impl S3Client {
                 size: c.size,
                 etag: c.etag.as_deref().map(unquote_etag).unwrap_or("").to_owned(),
                 last_modified: c.last_modified.as_deref().and_then(parse_iso8601),
+                storage_class: c.storage_class.filter(|s| s != "STANDARD"),
             })
             .collect();
         Ok(ListPage {

@@ -38,6 +38,7 @@ pub struct Contents {
     #[serde(rename = "ETag")]
     pub etag: Option<String>,
     pub last_modified: Option<String>,
+    pub storage_class: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]
