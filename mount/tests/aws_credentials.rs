@@ -325,3 +325,47 @@ async fn no_credentials_anywhere_fails_fast_naming_what_was_tried() {
     assert!(took < Duration::from_secs(20), "gave up after {took:?}");
     println!("no credentials: failed in {took:?}: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sts_refusing_the_web_identity_fails_the_start_saying_so() {
+    let o = origin().await;
+    let mock = AwsMock::start(&o, Duration::from_secs(3600)).await;
+    mock.expect_web_identity_token("the-token-sts-wants");
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "a-stale-token").unwrap();
+    let env = with(
+        isolated(dir.path()),
+        &[
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()),
+            ("AWS_ROLE_ARN", ROLE_ARN.into()),
+            ("AWS_ENDPOINT_URL_STS", mock.url()),
+        ],
+    );
+    let cfg = dir.path().join("mount.toml");
+    std::fs::write(&cfg, keyless_origin(&o, "")).unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let t0 = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(MOUNT)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--foreground")
+            .arg(BUCKET)
+            .arg(&mnt)
+            .envs(env)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("web identity token failed") && err.contains("InvalidIdentityToken"),
+        "the error says STS refused the web identity: {err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    assert!(mock.hits("sts-web-identity") >= 1);
+}

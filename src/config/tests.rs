@@ -8,16 +8,22 @@ impl Env for MapEnv {
     fn var(&self, n: &str) -> Option<String> {
         self.0.get(n).cloned()
     }
-    fn read_file(&self, _: &str) -> Option<String> {
-        None
+    fn read_file(&self, p: &str) -> Option<String> {
+        self.0.get(&format!("file:{p}")).cloned()
     }
 }
 
 fn env() -> MapEnv {
     MapEnv(
-        [("NODE_SECRET".to_string(), "from-env".to_string())]
-            .into_iter()
-            .collect(),
+        [
+            ("NODE_SECRET", "from-env"),
+            ("file:/etc/not-pem", "hello"),
+            ("SHORT_KEY", "c2hvcnQ="),
+            ("NOT_B64", "!!!"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
     )
 }
 
@@ -495,4 +501,108 @@ fn a_ram_tier_must_hold_a_block() {
     };
     let e = Config::parse_with("", "test.toml", &env(), &small).unwrap_err();
     assert_eq!(e.key, "--cache-size");
+}
+
+#[test]
+fn origin_network_and_request_options_are_checked() {
+    refused(
+        "[origin]\nca_bundle = \"/nowhere.pem\"\n",
+        "origin.ca_bundle",
+        "cannot read /nowhere.pem",
+    );
+    refused(
+        "[origin]\nca_bundle = \"/etc/not-pem\"\n",
+        "origin.ca_bundle",
+        "no PEM certificates",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nca_bundle = \"/etc/not-pem\"\n",
+        "cluster.ca_bundle",
+        "no PEM",
+    );
+    refused(
+        "[origin]\nproxy = \"socks://x\"\n",
+        "origin.proxy",
+        "not an http",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\nproxy = \"nope\"\n",
+        "cluster.proxy",
+        "not an http",
+    );
+    refused(
+        "[origin]\nexpected_bucket_owner = \"12\"\n",
+        "origin.expected_bucket_owner",
+        "12-digit",
+    );
+    refused(
+        "[origin]\nsse_customer_key_env = \"UNSET\"\n",
+        "origin.sse_customer_key_env",
+        "UNSET is not set",
+    );
+    refused(
+        "[origin]\nsse_customer_key_env = \"SHORT_KEY\"\n",
+        "origin.sse_customer_key_env",
+        "32",
+    );
+    refused(
+        "[origin]\nsse_customer_key_env = \"NOT_B64\"\n",
+        "origin.sse_customer_key_env",
+        "not base64",
+    );
+    refused(
+        "[origin]\nendpoint = \"http://x:1\"\nfips = true\n",
+        "origin.fips",
+        "AWS's own endpoints",
+    );
+    refused(
+        "[origin]\nregion = \"no such/region\"\n",
+        "origin.region",
+        "not a region name",
+    );
+    refused(
+        "[cluster]\nnodes = [\"a:1\"]\n[cluster.credentials]\nprofile = \"p\"\n",
+        "cluster.credentials.profile",
+        "write them",
+    );
+}
+
+#[test]
+fn aws_endpoints_follow_the_region_and_switches() {
+    let c = parse("[origin]\nregion = \"eu-west-1\"\nfips = true\ndual_stack = true\n").unwrap();
+    let o = c.origin().unwrap();
+    assert_eq!(
+        o.endpoint.as_str(),
+        "https://s3-fips.dualstack.eu-west-1.amazonaws.com/"
+    );
+    assert_eq!(o.addressing, Addressing::Virtual);
+    assert_eq!(o.credentials, CredentialMode::Chain { profile: None });
+    let c = parse("[origin]\nendpoint = \"http://minio:9000\"\n").unwrap();
+    assert_eq!(c.origin().unwrap().addressing, Addressing::Path);
+    assert!(c.origin().unwrap().aws.is_none());
+    // The region from the environment, then the profile's.
+    let mut e = env();
+    e.0.insert("AWS_REGION".into(), "ap-south-1".into());
+    let c = Config::parse("[origin]\n", "t.toml", &e).unwrap();
+    assert_eq!(c.origin().unwrap().region, "ap-south-1");
+    assert_eq!(
+        c.origin().unwrap().endpoint.as_str(),
+        "https://s3.ap-south-1.amazonaws.com/"
+    );
+    let mut e = env();
+    e.0.insert("AWS_CONFIG_FILE".into(), "/cfg".into());
+    e.0.insert(
+        "file:/cfg".into(),
+        "[profile dev]\nregion = sa-east-1\n".into(),
+    );
+    let c = Config::parse("[origin.credentials]\nprofile = \"dev\"\n", "t.toml", &e).unwrap();
+    assert_eq!(c.origin().unwrap().region, "sa-east-1");
+    // An override keeps the host, signs for the region, addresses by path.
+    let mut e = env();
+    e.0.insert("AWS_ENDPOINT_URL_S3".into(), "http://127.0.0.1:9000".into());
+    let c = Config::parse("[origin]\n", "t.toml", &e).unwrap();
+    let o = c.origin().unwrap();
+    assert_eq!(o.endpoint.as_str(), "http://127.0.0.1:9000/");
+    assert!(o.aws.is_some_and(|a| a.overridden));
+    assert_eq!(o.addressing, Addressing::Path);
 }
