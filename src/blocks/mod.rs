@@ -5,11 +5,13 @@
 //! version. [`ram`] and [`disk`] are the tiers, each a [`BlockCache`] that knows
 //! nothing of the others; [`flight`] makes concurrent misses share one fetch;
 //! [`tiers`] joins them into one pipeline (RAM, then disk, then one fetch, then
-//! fill) that the node and the cluster reader both use. [`NoCache`] switches a
+//! fill) that the node and the cluster reader both use; [`growing`] is a block
+//! readable while it arrives (cut-through). [`NoCache`] switches a
 //! tier off without `Option` checks everywhere.
 
 pub mod disk;
 pub mod flight;
+pub mod growing;
 mod key;
 pub mod ram;
 pub mod tiers;
@@ -20,6 +22,7 @@ pub use disk::{
     decode_block, decode_header, encode_header, DecodeError, DiskFailures, DiskStats, DiskTier,
 };
 pub use flight::{FlightError, Flights, Joined};
+pub use growing::Growing;
 pub use key::BlockKey;
 pub use ram::RamTier;
 pub use tiers::{Served, Tiers};

@@ -8,6 +8,7 @@
 //! arrive, a few fetched ahead. [`versions`] decides which version a request
 //! means; [`invalidate`] drops what changed.
 
+mod cut_through;
 mod error;
 mod fetch;
 pub mod invalidate;
@@ -61,6 +62,8 @@ pub struct Node {
     versions: versions::Versions,
     rules: Rules,
     upstream: Option<Upstream>,
+    /// Cold blocks being fetched, readable while they arrive.
+    growing: Mutex<HashMap<BlockKey, Arc<shoal::blocks::Growing<NodeError>>>>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -98,6 +101,7 @@ impl Node {
             },
             rules: Rules::new(o.rules, o.block_size),
             upstream: o.upstream,
+            growing: Mutex::new(HashMap::new()),
             metrics,
         })
     }
@@ -206,9 +210,10 @@ impl Node {
         m.bytes_served.get_or_create(&tier).inc_by(bytes as u64);
     }
 
-    /// Bytes `start..end` of `meta`'s version as a stream of slices of whole blocks.
-    /// The first block is fetched before this returns, so an error about the object
-    /// (412, 404) is an answer rather than a cut-off body.
+    /// Bytes `start..end` of `meta`'s version as a stream of slices of whole blocks,
+    /// a cold block's bytes as they arrive (cut-through). The first block is
+    /// started before this returns, so an error about the object (412, 404) is an
+    /// answer rather than a cut-off body.
     pub async fn read(
         self: &Arc<Self>,
         bucket: &str,
@@ -226,15 +231,29 @@ impl Node {
             (1, 0)
         };
         let head = if first <= last {
-            Some(self.block(bucket, key, meta, first, bs, via).await?)
+            Some(self.block_stream(bucket, key, meta, first, bs, via).await?)
         } else {
             None
         };
-        let slice = move |index: u64, b: Bytes| {
+        // The part of block `index` in `start..end`, taken from its chunks.
+        let clip = move |index: u64, s: cut_through::BlockStream| {
             let off = index * bs;
-            let lo = start.saturating_sub(off) as usize;
-            let hi = ((end - off) as usize).min(b.len());
-            b.slice(lo..hi)
+            let lo = start.saturating_sub(off);
+            let hi = end - off;
+            s.scan(0u64, move |at, c| {
+                // Past the range: stop here rather than wait out the block.
+                if *at >= hi {
+                    return std::future::ready(None);
+                }
+                let out = c.map(|c| {
+                    let (c_lo, c_hi) = (*at, *at + c.len() as u64);
+                    *at = c_hi;
+                    let (a, b) = (lo.clamp(c_lo, c_hi), hi.clamp(c_lo, c_hi));
+                    c.slice((a - c_lo) as usize..(b - c_lo) as usize)
+                });
+                std::future::ready(Some(out))
+            })
+            .filter(|c| std::future::ready(!matches!(c, Ok(b) if b.is_empty())))
         };
         let me = self.clone();
         let (bucket, key, meta) = (bucket.to_owned(), key.to_owned(), meta.clone());
@@ -243,13 +262,19 @@ impl Node {
                 let (me, bucket, key, meta) =
                     (me.clone(), bucket.clone(), key.clone(), meta.clone());
                 async move {
-                    me.block(&bucket, &key, &meta, i, bs, via)
+                    me.block_stream(&bucket, &key, &meta, i, bs, via)
                         .await
-                        .map(|b| slice(i, b))
+                        .map(|s| (i, s))
                 }
             })
-            .buffered(PREFETCH);
-        let head = stream::iter(head.map(|b| Ok(slice(first, b))));
+            .buffered(PREFETCH)
+            .flat_map(move |r| -> cut_through::BlockStream {
+                match r {
+                    Ok((i, s)) => Box::pin(clip(i, s)),
+                    Err(e) => Box::pin(stream::once(async { Err(e) })),
+                }
+            });
+        let head = stream::iter(head.map(move |s| clip(first, s))).flatten();
         Ok(SyncStream::new(head.chain(rest)))
     }
 
