@@ -26,7 +26,8 @@ pub struct ReaderOptions {
     /// Client RAM tier, shared by all handles (0 = none).
     pub ram_bytes: u64,
     /// Blocks being fetched at once across all handles: bounds in-flight memory to
-    /// this many cluster blocks. Defaults to 4 read windows.
+    /// this many cluster blocks. Defaults to 8 read windows: the most a sequential
+    /// reader's adaptive read-ahead may grow to.
     pub max_inflight_blocks: Option<usize>,
     /// Longest a fetch waits for an in-flight slot before it reads the origin
     /// instead (`None`: it waits, which is backpressure for a mount; a gateway sheds).
@@ -101,7 +102,7 @@ impl ClusterReader {
         let router = Arc::new(Router::new(&p.cluster, p.membership, p.clock));
         let limit = opts
             .max_inflight_blocks
-            .unwrap_or(p.cluster.read_window * 4)
+            .unwrap_or(p.cluster.read_window * 8)
             .max(1);
         Arc::new(ClusterReader {
             router,

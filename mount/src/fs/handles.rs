@@ -99,8 +99,12 @@ impl Fs {
         if offset >= end {
             return Ok(Bytes::new());
         }
-        let window = self.reader.read_window() as u64;
-        let ahead = f.ra.lock().unwrap().advance(offset, end, bs, window);
+        let base = self.reader.read_window() as u64;
+        let budget = self.reader.inflight_limit() as u64;
+        let ahead =
+            f.ra.lock()
+                .unwrap()
+                .advance(offset, end, bs, base, budget, std::time::Instant::now());
         if let Some((from, count)) = ahead {
             self.stats.readahead_blocks.fetch_add(count, Relaxed);
             f.handle.prefetch(from, count);

@@ -1,6 +1,16 @@
 //! Read-ahead within one open file: sequential reads (small forward skips
-//! included) grow a window of blocks fetched ahead, from one and doubling up to
-//! `read_window`; a random read resets it.
+//! included) grow a window of blocks fetched ahead, from one and doubling up to a
+//! limit; a random read resets it. The limit starts at `read_window` and adapts
+//! to the path: each time a sequential reader has read a whole window's worth at
+//! the current limit, the limit doubles (up to the reader's in-flight budget) if
+//! throughput rose by more than a sixth since the last step, and stays where it
+//! is once it did not. A cold read so fills the origin's bandwidth-delay product;
+//! small and random reads stay small.
+
+use std::time::Instant;
+
+/// Throughput must rise by this factor for the limit to double again.
+const GAIN: f64 = 1.17;
 
 /// Per-handle sequential detection.
 #[derive(Default, Debug)]
@@ -11,30 +21,74 @@ pub(super) struct Readahead {
     window: u64,
     /// Blocks below this index were already asked for.
     fetched_until: u64,
+    /// What `window` may grow to now (0: not yet set).
+    limit: u64,
+    /// Since the limit last changed: when, and bytes read.
+    epoch: Option<(Instant, u64)>,
+    /// Throughput (bytes/s) at the last step, to beat at the next.
+    rate: f64,
+    /// Throughput stopped rising: the limit stays.
+    settled: bool,
 }
 
 impl Readahead {
-    /// Records a read of `offset..end` in blocks of `bs`; returns the blocks to
-    /// fetch ahead now, as (first, count).
-    pub fn advance(&mut self, offset: u64, end: u64, bs: u64, max: u64) -> Option<(u64, u64)> {
+    /// Records a read of `offset..end` at `now` in blocks of `bs`, with the limit
+    /// starting at `base` and never past `max` blocks; returns the blocks to fetch
+    /// ahead now, as (first, count).
+    pub fn advance(
+        &mut self,
+        offset: u64,
+        end: u64,
+        bs: u64,
+        base: u64,
+        max: u64,
+        now: Instant,
+    ) -> Option<(u64, u64)> {
         let last_block = (end - 1) / bs;
         // Small forward skips inside the window still count as sequential.
         let sequential = offset == self.next
             || (offset > self.next && offset - self.next <= self.window.max(1) * bs);
-        self.window = if sequential {
-            (self.window * 2).clamp(1, max)
-        } else {
-            0
-        };
         self.next = end;
-        if self.window == 0 {
-            self.fetched_until = last_block + 1;
+        if !sequential {
+            *self = Readahead {
+                next: end,
+                fetched_until: last_block + 1,
+                ..Default::default()
+            };
             return None;
         }
+        if self.limit == 0 {
+            self.limit = base.clamp(1, max.max(1));
+        }
+        self.adapt(end - offset, bs, max.max(1), now);
+        self.window = (self.window * 2).clamp(1, self.limit);
         let from = self.fetched_until.max(last_block + 1);
         let to = last_block + 1 + self.window;
         self.fetched_until = self.fetched_until.max(to);
         (to > from).then_some((from, to - from))
+    }
+
+    fn adapt(&mut self, read: u64, bs: u64, max: u64, now: Instant) {
+        let (since, bytes) = self.epoch.get_or_insert((now, 0));
+        *bytes += read;
+        if *bytes < self.limit * bs {
+            return;
+        }
+        let secs = now.duration_since(*since).as_secs_f64().max(1e-6);
+        let rate = *bytes as f64 / secs;
+        if !self.settled && self.limit < max && rate > self.rate * GAIN {
+            self.limit = (self.limit * 2).min(max);
+        } else if rate <= self.rate * GAIN {
+            self.settled = true;
+        }
+        self.rate = self.rate.max(rate);
+        self.epoch = Some((now, 0));
+    }
+
+    /// The current limit, for tests and metrics.
+    #[cfg(test)]
+    pub fn limit(&self) -> u64 {
+        self.limit
     }
 }
 
@@ -42,21 +96,53 @@ impl Readahead {
 mod tests {
     use super::*;
 
+    use std::time::Duration;
+
     #[test]
     fn sequential_reads_double_the_window_and_a_jump_resets_it() {
         let mut ra = Readahead::default();
-        // 1 MiB reads of 1 MiB blocks, from the start.
+        let t = Instant::now();
+        // 1 MiB reads of 1 MiB blocks, from the start, all at once (no rate yet).
         let mb = 1u64 << 20;
-        assert_eq!(ra.advance(0, mb, mb, 8), Some((1, 1)));
-        assert_eq!(ra.advance(mb, 2 * mb, mb, 8), Some((2, 2)));
-        assert_eq!(ra.advance(2 * mb, 3 * mb, mb, 8), Some((4, 3)));
-        assert_eq!(ra.advance(3 * mb, 4 * mb, mb, 8), Some((7, 5)));
+        assert_eq!(ra.advance(0, mb, mb, 8, 8, t), Some((1, 1)));
+        assert_eq!(ra.advance(mb, 2 * mb, mb, 8, 8, t), Some((2, 2)));
+        assert_eq!(ra.advance(2 * mb, 3 * mb, mb, 8, 8, t), Some((4, 3)));
+        assert_eq!(ra.advance(3 * mb, 4 * mb, mb, 8, 8, t), Some((7, 5)));
         // At the cap, one more block per block read.
-        assert_eq!(ra.advance(4 * mb, 5 * mb, mb, 8), Some((12, 1)));
+        assert_eq!(ra.advance(4 * mb, 5 * mb, mb, 8, 8, t), Some((12, 1)));
         // A jump back: nothing ahead, and the window starts over.
-        assert_eq!(ra.advance(0, 4096, mb, 8), None);
-        assert_eq!(ra.advance(4096, 8192, mb, 8), Some((1, 1)));
+        assert_eq!(ra.advance(0, 4096, mb, 8, 8, t), None);
+        assert_eq!(ra.advance(4096, 8192, mb, 8, 8, t), Some((1, 1)));
         // A short skip forward stays sequential.
-        assert!(ra.advance(8192 + 4096, 16384, mb, 8).is_some());
+        assert!(ra.advance(8192 + 4096, 16384, mb, 8, 8, t).is_some());
+    }
+
+    /// Reads `n` blocks sequentially from `at`, the path giving `rate(limit)`
+    /// bytes/s for a limit; returns where it stopped and the time.
+    fn run(ra: &mut Readahead, at: &mut u64, t: &mut Instant, n: u64, rate: impl Fn(u64) -> f64) {
+        let mb = 1u64 << 20;
+        for _ in 0..n {
+            *t += Duration::from_secs_f64(mb as f64 / rate(ra.limit().max(1)));
+            ra.advance(*at, *at + mb, mb, 8, 64, *t);
+            *at += mb;
+        }
+    }
+
+    #[test]
+    fn the_limit_grows_while_throughput_rises_and_settles_when_it_stops() {
+        // Throughput proportional to blocks in flight up to 32, flat beyond.
+        let path = |limit: u64| 30e6 * limit.min(32) as f64;
+        let (mut ra, mut at, mut t) = (Readahead::default(), 0, Instant::now());
+        run(&mut ra, &mut at, &mut t, 400, path);
+        assert!(ra.limit() >= 32, "grew to the plateau: {}", ra.limit());
+        assert!(ra.limit() <= 64);
+        // A path that is already at its best with 8 stays at 8 (or one step past).
+        let flat = |_: u64| 300e6;
+        let (mut ra, mut at, mut t) = (Readahead::default(), 0, Instant::now());
+        run(&mut ra, &mut at, &mut t, 400, flat);
+        assert!(ra.limit() <= 16, "no growth without gain: {}", ra.limit());
+        // A random read starts it over.
+        ra.advance(0, 4096, 1 << 20, 8, 64, t);
+        assert_eq!(ra.limit(), 0);
     }
 }
