@@ -356,3 +356,40 @@ async fn memory_stays_within_bounds_under_16_readers() {
     );
     assert!(worst_inflight > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_random_read_asks_its_owner_for_the_range_only() {
+    let c = cluster(2).await;
+    let body = data(4 * MIB as usize, 17);
+    c.origin.put(BUCKET, "rand", body.clone());
+    let r = reader(&c, 64 * MIB, "");
+    let h = r.open(BUCKET, "rand", None).await.unwrap();
+    // Inside block 2, and again inside block 2 (warm on its owner now).
+    for at in [2 * MIB + 12_345, 2 * MIB + 700_000] {
+        let got = h.read_random(at, 4096).await.unwrap();
+        assert!(
+            got == body.slice(at as usize..at as usize + 4096),
+            "byte-exact at {at}"
+        );
+    }
+    // Across a block edge: read as blocks.
+    let edge = 3 * MIB - 100;
+    let got = h.read_random(edge, 4096).await.unwrap();
+    assert!(got == body.slice(edge as usize..edge as usize + 4096));
+    // The origin saw block 2 once, whole (the owner's fetch), not per read.
+    let snap = c.origin.stats.snapshot();
+    let block2 = format!("bytes={}-{}", 2 * MIB, 3 * MIB - 1);
+    let gets_of_2 = snap
+        .requests
+        .iter()
+        .filter(|q| q.kind.key == "rand" && q.kind.range.as_deref() == Some(&block2[..]))
+        .map(|q| q.count)
+        .sum::<u64>();
+    assert_eq!(gets_of_2, 1, "{:?}", snap.requests);
+    // From the nodes: block 0 (the open learns the version from it), the two
+    // ranges, and blocks 2 and 3 for the read across their edge.
+    assert_eq!(
+        counter(&r, "shoal_client_bytes_total{source=\"node\"}"),
+        (MIB + 2 * 4096 + 2 * MIB) as f64
+    );
+}

@@ -58,11 +58,17 @@ impl Handle {
             return Err(self.stale_error());
         }
         let h = &self.0;
-        match h
+        let r = h
             .reader
             .block(&h.bucket, &h.key, &h.meta, index, h.hop)
-            .await
-        {
+            .await;
+        self.note_stale(r).await
+    }
+
+    /// Marks the handle stale the first time a read finds the object changed.
+    async fn note_stale(&self, r: Result<Bytes, ReadError>) -> Result<Bytes, ReadError> {
+        let h = &self.0;
+        match r {
             Err(e @ ReadError::Stale { .. }) => {
                 if !h.stale.swap(true, Relaxed) {
                     h.reader.metrics.stale.inc();
@@ -121,6 +127,27 @@ impl Handle {
             out.extend_from_slice(&p);
         }
         Ok(out.freeze())
+    }
+
+    /// Bytes `start..start+len` for a random reader: a read inside one block that
+    /// the RAM tier does not hold asks the block's owner for just that range
+    /// (cut through on the node: the origin's first byte plus a hop) instead of
+    /// waiting for the whole block; anything else reads as [`read`](Self::read).
+    pub async fn read_random(&self, start: u64, len: u64) -> Result<Bytes, ReadError> {
+        let end = start.saturating_add(len).min(self.0.meta.size);
+        let bs = self.0.reader.block_size();
+        if start >= end || start / bs != (end - 1) / bs || end - start == bs {
+            return self.read(start, len).await;
+        }
+        if self.is_stale() {
+            return Err(self.stale_error());
+        }
+        let h = &self.0;
+        let r = h
+            .reader
+            .range(&h.bucket, &h.key, &h.meta, (start, end), h.hop)
+            .await;
+        self.note_stale(r).await
     }
 
     /// Starts fetching blocks `first..first+count` into the RAM tier without waiting.

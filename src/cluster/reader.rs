@@ -353,6 +353,55 @@ impl ClusterReader {
         Ok(bytes)
     }
 
+    /// Bytes `start..end`, all inside block `index` of `meta`'s version, for a
+    /// random read: from the RAM tier if the block is there, else just that range
+    /// from the block's owner (which keeps the whole block, and cuts it through,
+    /// so the bytes come at the origin's first byte plus a hop), with the same
+    /// failover, hedging and origin fallback as a block. Nothing is kept here: a
+    /// random reader's blocks would only crowd out a sequential reader's.
+    pub(crate) async fn range(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        (start, end): (u64, u64),
+        hop: u32,
+    ) -> Result<Bytes, ReadError> {
+        let bs = self.cluster.block_size;
+        let index = start / bs;
+        debug_assert!(end > start && (end - 1) / bs == index);
+        if let Some((b, _)) = self
+            .tiers
+            .lookup(&self.key(bucket, key, &meta.etag, index))
+            .await
+        {
+            self.metrics.blocks.get_or_create(&metrics::RAM).inc();
+            let off = index * bs;
+            let hi = ((end - off) as usize).min(b.len());
+            return Ok(b.slice(((start - off) as usize).min(hi)..hi));
+        }
+        let mut req = GetObject::new(bucket, key)
+            .range(ByteRange::span(start, end))
+            .if_match(&meta.etag);
+        node_proto::set_hop(&mut req, hop);
+        let _permit = self.inflight.clone().acquire_owned().await;
+        match self.routed(req, index).await {
+            Ok((_, got, _)) if got.etag != meta.etag => Err(ReadError::Stale {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+            }),
+            Ok((bytes, _, source)) => {
+                self.count(source, bytes.len());
+                Ok(bytes)
+            }
+            Err(StoreError::PreconditionFailed { .. }) => Err(ReadError::Stale {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Forgets cached blocks of an object (it changed); the next open of it asks
     /// the origin for its version.
     pub async fn invalidate(&self, bucket: &str, key: &str) {

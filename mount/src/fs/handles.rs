@@ -101,16 +101,22 @@ impl Fs {
         }
         let base = self.reader.read_window() as u64;
         let budget = self.reader.inflight_limit() as u64;
-        let ahead =
-            f.ra.lock()
-                .unwrap()
-                .advance(offset, end, bs, base, budget, std::time::Instant::now());
+        let (ahead, sequential) = {
+            let mut ra = f.ra.lock().unwrap();
+            let ahead = ra.advance(offset, end, bs, base, budget, std::time::Instant::now());
+            (ahead, ra.sequential())
+        };
         if let Some((from, count)) = ahead {
             self.stats.readahead_blocks.fetch_add(count, Relaxed);
             f.handle.prefetch(from, count);
         }
         self.stats.reads.fetch_add(1, Relaxed);
-        match f.handle.read(offset, end - offset).await {
+        let read = if sequential {
+            f.handle.read(offset, end - offset).await
+        } else {
+            f.handle.read_random(offset, end - offset).await
+        };
+        match read {
             Ok(b) => {
                 self.stats.read_bytes.fetch_add(b.len() as u64, Relaxed);
                 Ok(b)

@@ -85,6 +85,11 @@ impl Readahead {
         self.epoch = Some((now, 0));
     }
 
+    /// Whether the last read was part of a sequential run.
+    pub fn sequential(&self) -> bool {
+        self.window > 0
+    }
+
     /// The current limit, for tests and metrics.
     #[cfg(test)]
     pub fn limit(&self) -> u64 {
