@@ -23,9 +23,9 @@ build() {
   (cd "$root" && cargo build --release --quiet --workspace --bins --examples)
 }
 
-# wait_file FILE: waits up to 20 s for FILE to be non-empty.
+# wait_file FILE [SECONDS]: waits up to SECONDS (20) for FILE to be non-empty.
 wait_file() {
-  for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done
+  for _ in $(seq $((${2:-20} * 10))); do [ -s "$1" ] && return 0; sleep 0.1; done
   echo "timed out waiting for $1" >&2; return 1
 }
 
@@ -36,7 +36,8 @@ start_origin() {
   "$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
     --seed "$seed" --addr-file "$work/origin.addr" "$@" 2>"$work/origin.log" &
   pids+=($!)
-  wait_file "$work/origin.addr"
+  # A large seed takes the origin a while to load (and hash).
+  wait_file "$work/origin.addr" 300
   origin=$(cat "$work/origin.addr")
 }
 

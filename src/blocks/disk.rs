@@ -451,6 +451,10 @@ impl BlockCache for DiskTier {
         picked.len() as u64
     }
 
+    fn failures(&self) -> DiskFailures {
+        DiskTier::failures(self)
+    }
+
     fn stats(&self) -> TierStats {
         let s = self.state.lock().unwrap();
         TierStats {

@@ -10,6 +10,7 @@
 //! tier off without `Option` checks everywhere.
 
 pub mod disk;
+pub mod files;
 pub mod flight;
 pub mod growing;
 mod key;
@@ -21,6 +22,7 @@ use bytes::Bytes;
 pub use disk::{
     decode_block, decode_header, encode_header, DecodeError, DiskFailures, DiskStats, DiskTier,
 };
+pub use files::FileTier;
 pub use flight::{FlightError, Flights, Joined};
 pub use growing::Growing;
 pub use key::BlockKey;
@@ -43,6 +45,10 @@ pub trait BlockCache: Send + Sync {
     /// Drops every block `gone` picks; returns how many.
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64;
     fn stats(&self) -> TierStats;
+    /// What went wrong on disk (a disk tier's business; nothing for RAM).
+    fn failures(&self) -> DiskFailures {
+        DiskFailures::default()
+    }
 }
 
 /// A tier that holds nothing.

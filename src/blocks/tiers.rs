@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::flight::{FlightError, Flights, Joined};
-use super::{BlockCache, BlockKey, DiskFailures, DiskTier, NoCache, RamTier, TierStats};
+use super::{BlockCache, BlockKey, DiskFailures, NoCache, RamTier, TierStats};
 
 /// Where a block came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,7 @@ impl<E, F: Future<Output = Result<Bytes, E>> + Send + 'static> Fetch<E> for F {}
 /// its forward to an owner that may come back to it).
 pub struct Tiers<L, E: Clone> {
     ram: Arc<dyn BlockCache>,
-    disk: Option<Arc<DiskTier>>,
+    disk: Option<Arc<dyn BlockCache>>,
     flights: Flights<(BlockKey, L), (Bytes, Served), E>,
 }
 
@@ -46,7 +46,7 @@ where
 {
     /// A RAM tier of `ram_bytes` (0: none) for blocks of up to `block` bytes, over
     /// `disk` (if any).
-    pub fn new(ram_bytes: u64, block: u64, disk: Option<DiskTier>) -> Self {
+    pub fn new(ram_bytes: u64, block: u64, disk: Option<Arc<dyn BlockCache>>) -> Self {
         let ram: Arc<dyn BlockCache> = if ram_bytes > 0 {
             Arc::new(RamTier::for_blocks(ram_bytes, block))
         } else {
@@ -54,7 +54,7 @@ where
         };
         Tiers {
             ram,
-            disk: disk.map(Arc::new),
+            disk,
             flights: Flights::default(),
         }
     }
@@ -179,16 +179,17 @@ where
     /// Runs `f` on the disk tier on a blocking thread; `None` without one.
     async fn on_disk<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&DiskTier) -> T + Send + 'static,
+        f: impl FnOnce(&dyn BlockCache) -> T + Send + 'static,
     ) -> Option<T> {
         let disk = self.disk.clone()?;
-        tokio::task::spawn_blocking(move || f(&disk)).await.ok()
+        tokio::task::spawn_blocking(move || f(&*disk)).await.ok()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocks::DiskTier;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -200,7 +201,7 @@ mod tests {
     async fn ram_then_disk_then_one_fetch_then_fill() {
         let dir = tempfile::tempdir().unwrap();
         let (disk, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        let t: Arc<Tiers<(), String>> = Arc::new(Tiers::new(1 << 20, 4, Some(disk)));
+        let t: Arc<Tiers<(), String>> = Arc::new(Tiers::new(1 << 20, 4, Some(Arc::new(disk))));
         let fetches = Arc::new(AtomicUsize::new(0));
         let mut askers = Vec::new();
         for _ in 0..8 {
@@ -228,7 +229,7 @@ mod tests {
         // A fresh RAM tier over the same disk finds it there.
         drop(t);
         let (disk, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        let t: Tiers<(), String> = Tiers::new(1 << 20, 4, Some(disk));
+        let t: Tiers<(), String> = Tiers::new(1 << 20, 4, Some(Arc::new(disk)));
         assert_eq!(t.lookup(&key(1)).await.unwrap().1, Served::Disk);
         assert_eq!(t.lookup(&key(1)).await.unwrap().1, Served::Ram);
         assert_eq!(t.remove_object("b", "k").await, 2);

@@ -92,7 +92,11 @@ impl Node {
             .fold(o.block_size, u64::max);
         Ok(Node {
             origin,
-            tiers: Tiers::new(o.ram_bytes, largest, disk),
+            tiers: Tiers::new(
+                o.ram_bytes,
+                largest,
+                disk.map(|d| Arc::new(d) as Arc<dyn shoal::blocks::BlockCache>),
+            ),
             versions: versions::Versions {
                 metas: Mutex::new(HashMap::new()),
                 heads: Default::default(),

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# shoal beside every peer on this machine, in one run, on one origin (the test
+# origin with S3-like first-byte latency and a per-connection cap): mountpoint-s3
+# (plain and --cache), rclone mount (--vfs-cache-mode full) and s3fs, against the
+# origin's own 32-connection pull, a null FUSE filesystem and a local file. Prints
+# each measure and the ratios the project holds itself to.
+#
+# Knobs: SIZE_MB (1024), LATENCY_MS (20), BW (100000000 bytes/s per connection),
+# MOUNT_S3 (path of a mountpoint-s3 build; default ../shared/peers/mount-s3),
+# SMALL_FILES (1000, of 16 KiB), READERS (8, for the origin-cost run).
+source "$(dirname "$0")/lib.sh"
+SIZE_MB=${SIZE_MB:-1024}
+LATENCY_MS=${LATENCY_MS:-20}
+BW=${BW:-100000000}
+SMALL_FILES=${SMALL_FILES:-1000}
+READERS=${READERS:-8}
+MOUNT_S3=${MOUNT_S3:-$root/../shared/peers/mount-s3}
+
+need=()
+for t in fio rclone s3fs fusermount3; do command -v "$t" >/dev/null || need+=("$t"); done
+[ -e /usr/lib/x86_64-linux-gnu/libfuse.so.2 ] || need+=(libfuse2)
+[ ${#need[@]} -eq 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio rclone s3fs fuse3 libfuse2 >/dev/null; }
+build
+have_ms3=0; [ -x "$MOUNT_S3" ] && have_ms3=1
+
+echo "seeding: ${SIZE_MB} MiB objects, $SMALL_FILES files of 16 KiB" >&2
+mkdir -p "$work/seed/small"
+# shoal's object, one for the origin-cost run, one for random reads, and one the
+# peers share (each keeps its own cache of it; none of them uses the nodes).
+for o in obj many rand peer; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$o.bin"; done
+head -c $((SMALL_FILES * 16384)) /dev/urandom | split -b 16384 -a 4 -d - "$work/seed/small/f"
+start_slow_cluster 256MiB
+cp "$work/seed/obj.bin" "$work/local.bin"
+
+mkdir -p "$work/shoal" "$work/null"
+"$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/mount.log" bench "$work/shoal"
+mounts+=("$work/shoal")
+"$bin/examples/nullfs" "$work/null" "$((SIZE_MB * 1024 * 1024))" >/dev/null 2>&1 &
+pids+=($!); mounts+=("$work/null"); wait_mounted "$work/null"
+S=$work/shoal
+mount_pid=$(pgrep -f "shoal-mount --config $work/cluster.toml" | head -1)
+
+# The origin itself: 32 parallel 8 MiB GETs over the whole object, once.
+pull=$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY load "$origin" obj.bin "$((SIZE_MB << 20))" \
+  --block 8388608 --concurrency 32 --once)
+# A direct ranged 4 KiB GET, one at a time: its mean latency in ms.
+direct_4k=$(SHOAL_LOAD_ACCESS_KEY=$ORIGIN_KEY SHOAL_LOAD_SECRET_KEY=$SHOAL_ORIGIN_SECRET_KEY \
+  "$bin/examples/s3_load" --endpoint "http://$origin" --bucket bench --key rand.bin --size "$((SIZE_MB << 20))" \
+  --block 4096 --concurrency 1 --seconds 3 | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^requests=/) { split($i, a, "="); printf "%.2f", 3000 / a[2] } }')
+
+# shoal: cold, warm from the nodes (page cache dropped; the mount's RAM tier is
+# smaller than the object), re-read from the page cache.
+drop_cache; cold=$(dd_rate "$S/obj.bin")
+drop_cache; warm=$(dd_rate "$S/obj.bin")
+reread=$(dd_rate "$S/obj.bin")
+rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$mount_pid/status" 2>/dev/null || echo 0)
+drop_cache; null=$(dd_rate "$work/null/zero")
+drop_cache; local_disk=$(dd_rate "$work/local.bin")
+local_pc=$(dd_rate "$work/local.bin")
+# A cold 4 KiB random read through the mount: fio's median completion latency.
+rand_4k=$(fio --name=r --filename="$S/rand.bin" --rw=randread --bs=4k --ioengine=psync --direct=1 \
+  --number_ios=100 --numjobs=1 --output-format=json 2>/dev/null |
+  python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]["clat_ns"]["percentile"]; print("%.2f" % (j["50.000000"] / 1e6))' 2>/dev/null || echo n/a)
+drop_cache; small=$(secs bash -c "cat '$S'/small/* >/dev/null")
+
+# READERS mounts reading one object at once: what the origin sent for it.
+sent() { curl -s "http://$origin/_origin/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["body_bytes_sent"])'; }
+before=$(sent)
+for i in $(seq "$READERS"); do
+  mkdir -p "$work/m$i"
+  "$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/m$i.log" bench "$work/m$i"
+  mounts+=("$work/m$i")
+done
+for i in $(seq "$READERS"); do dd if="$work/m$i/many.bin" of=/dev/null bs=1M 2>/dev/null & done; wait
+after=$(sent)
+cost=$(awk -v a="$before" -v b="$after" -v s="$SIZE_MB" 'BEGIN { printf "%.3f", (b - a) / (s * 1048576) }')
+
+# Peers: cold = first read; warm = second read with the page cache dropped;
+# re-read = third, page cache kept.
+peer_reads() { # DIR FILE -> "cold warm reread"
+  local c w r
+  drop_cache; c=$(dd_rate "$1/$2"); drop_cache; w=$(dd_rate "$1/$2"); r=$(dd_rate "$1/$2")
+  echo "$c $w $r"
+}
+ms3=(n/a n/a n/a); ms3c=(n/a n/a n/a); rcl=(n/a n/a n/a); s3f=(n/a n/a n/a)
+ms3_small=n/a; ms3c_small=n/a; rc_small=n/a; s3_small=n/a
+if [ "$have_ms3" = 1 ]; then
+  mkdir -p "$work/ms3" "$work/ms3c" "$work/ms3-cache"
+  AWS_ACCESS_KEY_ID=$ORIGIN_KEY AWS_SECRET_ACCESS_KEY=$SHOAL_ORIGIN_SECRET_KEY "$MOUNT_S3" bench "$work/ms3" \
+    --endpoint-url "http://$origin" --force-path-style --region us-east-1 >"$work/ms3.log" 2>&1 && mounts+=("$work/ms3")
+  AWS_ACCESS_KEY_ID=$ORIGIN_KEY AWS_SECRET_ACCESS_KEY=$SHOAL_ORIGIN_SECRET_KEY "$MOUNT_S3" bench "$work/ms3c" \
+    --endpoint-url "http://$origin" --force-path-style --region us-east-1 \
+    --cache "$work/ms3-cache" --max-cache-size $((SIZE_MB * 2)) >"$work/ms3c.log" 2>&1 && mounts+=("$work/ms3c")
+  if wait_mounted "$work/ms3" 2>/dev/null; then
+    read -r -a ms3 <<<"$(peer_reads "$work/ms3" peer.bin)"
+    drop_cache; ms3_small=$(secs bash -c "cat '$work/ms3'/small/* >/dev/null")
+  fi
+  if wait_mounted "$work/ms3c" 2>/dev/null; then
+    read -r -a ms3c <<<"$(peer_reads "$work/ms3c" peer.bin)"
+  fi
+fi
+export RCLONE_CONFIG_ORIGIN_TYPE=s3 RCLONE_CONFIG_ORIGIN_PROVIDER=Other RCLONE_CONFIG_ORIGIN_ENDPOINT="http://$origin" \
+  RCLONE_CONFIG_ORIGIN_ACCESS_KEY_ID="$ORIGIN_KEY" RCLONE_CONFIG_ORIGIN_SECRET_ACCESS_KEY="$SHOAL_ORIGIN_SECRET_KEY"
+mkdir -p "$work/rclone" "$work/s3fs"
+(unset AWS_CA_BUNDLE; rclone mount origin:bench "$work/rclone" --vfs-cache-mode full --cache-dir "$work/rclone-cache" \
+  --daemon --log-file "$work/rclone.log") && mounts+=("$work/rclone")
+if wait_mounted "$work/rclone" 2>/dev/null; then
+  read -r -a rcl <<<"$(peer_reads "$work/rclone" peer.bin)"
+  drop_cache; rc_small=$(secs bash -c "cat '$work/rclone'/small/* >/dev/null")
+fi
+printf '%s:%s\n' "$ORIGIN_KEY" "$SHOAL_ORIGIN_SECRET_KEY" >"$work/s3fs.passwd"; chmod 600 "$work/s3fs.passwd"
+s3fs bench "$work/s3fs" -o url="http://$origin" -o use_path_request_style -o passwd_file="$work/s3fs.passwd" \
+  -o endpoint=us-east-1 2>"$work/s3fs.log" && mounts+=("$work/s3fs")
+if wait_mounted "$work/s3fs" 2>/dev/null; then
+  read -r -a s3f <<<"$(peer_reads "$work/s3fs" peer.bin)"
+  drop_cache; s3_small=$(secs bash -c "cat '$work/s3fs'/small/* >/dev/null")
+fi
+
+echo "peers: ${SIZE_MB} MiB sequential (dd bs=1M), 3 nodes, origin +${LATENCY_MS} ms first byte, $((BW / 1000000)) MB/s per connection"
+printf '%-34s %10s %10s %10s %16s\n' "tool" "cold MB/s" "warm MB/s" "re-read" "$SMALL_FILES x 16 KiB s"
+printf '%-34s %10s %10s %10s %16s\n' "shoal" "$cold" "$warm" "$reread" "$small"
+printf '%-34s %10s %10s %10s %16s\n' "mountpoint-s3" "${ms3[0]}" "${ms3[1]}" "${ms3[2]}" "$ms3_small"
+printf '%-34s %10s %10s %10s %16s\n' "mountpoint-s3 --cache" "${ms3c[0]}" "${ms3c[1]}" "${ms3c[2]}" "$ms3c_small"
+printf '%-34s %10s %10s %10s %16s\n' "rclone vfs full" "${rcl[0]}" "${rcl[1]}" "${rcl[2]}" "$rc_small"
+printf '%-34s %10s %10s %10s %16s\n' "s3fs" "${s3f[0]}" "${s3f[1]}" "${s3f[2]}" "$s3_small"
+echo "baselines: origin 32-connection pull $pull MB/s; null FUSE $null MB/s; local file $local_disk MB/s from disk, $local_pc MB/s from the page cache; direct 4 KiB GET ${direct_4k} ms"
+row() { printf '%-60s %10s %10s\n' "$1" "$2" "$3"; }
+printf '%-60s %10s %10s\n' "ratio" "value" "target"
+row "cold: shoal / mountpoint-s3" "$(ratio "$cold" "${ms3[0]}")" ">= 1.5"
+row "cold: shoal / origin 32-connection pull" "$(ratio "$cold" "$pull")" ">= 0.5"
+row "warm from nodes: shoal / mountpoint-s3 --cache" "$(ratio "$warm" "${ms3c[1]}")" ">= 2"
+row "warm from nodes: shoal / null FUSE" "$(ratio "$warm" "$null")" ">= 0.8"
+row "re-read: shoal / local page cache" "$(ratio "$reread" "$local_pc")" ">= 0.9"
+row "cold 4 KiB random read median: shoal / direct GET" "$(ratio "$rand_4k" "$direct_4k") (${rand_4k} ms)" "<= 1.3"
+row "$SMALL_FILES small files: mountpoint-s3 / shoal (x faster)" "$(ratio "$ms3_small" "$small")" ">= 10"
+row "$READERS mounts reading one object: origin bytes / object size" "$cost" "<= 1.05"
+row "mount peak RSS MiB (RAM tier 256 + in-flight 64 + 64)" "$((rss_kb / 1024))" "<= 384"

@@ -1,0 +1,714 @@
+//! A disk tier that keeps each object version in one file, its blocks at their own
+//! offsets: what a mount keeps on its reader's disk, so that a file held whole
+//! can be handed to the kernel as a FUSE passthrough backing file, read with no
+//! daemon in the way.
+//!
+//! Per version (bucket, key, ETag, block size), under `dir/objects/HH/ID`:
+//! `ID.data`, sparse, bytes at their offsets; `ID.idx`, a header naming the
+//! version, then fixed-size records appended as blocks land (index, length, xxh3
+//! of the bytes; a length of 0 drops a block), each with its own checksum so a
+//! torn last record is cut off at start. A block is appended to the index only
+//! after its bytes are written, so a crash (or SIGKILL) loses at most the blocks
+//! in flight. Every block read is checked against its checksum; a bad one is
+//! dropped and counted, never served.
+//!
+//! A version whose every block is here is verified once, whole (all checksums),
+//! and stamped with its data file's identity (length, inode, mtime, ctime); a file
+//! whose identity still matches its stamp is handed out whole
+//! ([`FileTier::whole`]). Anything that writes to the file changes its ctime and
+//! so forces the next check to read it all again.
+//!
+//! Bounded in bytes, evicting whole versions least recently used. Blocking I/O:
+//! async callers run it on a blocking thread.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use lru::LruCache;
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
+
+use super::{BlockCache, BlockKey, DiskFailures, DiskStats, TierStats};
+use crate::log_limit::{more, LogLimit};
+
+const MAGIC: &[u8; 8] = b"SHOALOB1";
+const VERSION: u32 = 1;
+/// index, a, b, c, d, checksum of the first five.
+const RECORD: usize = 48;
+/// The record that stamps a verified whole file.
+const STAMP: u64 = u64::MAX;
+/// The record that gives the object's size.
+const SIZE: u64 = u64::MAX - 1;
+
+/// One version: which blocks are here.
+struct Version {
+    bucket: Arc<str>,
+    key: Arc<str>,
+    etag: Arc<str>,
+    block_size: u64,
+    /// index -> (length, xxh3)
+    blocks: HashMap<u64, (u64, u64)>,
+    bytes: u64,
+    size: Option<u64>,
+    stamp: Option<Stamp>,
+}
+
+/// What identifies a data file's contents without reading them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    ino: u64,
+    mtime_ns: u64,
+    ctime_ns: u64,
+}
+
+impl Stamp {
+    fn of(m: &fs::Metadata) -> Stamp {
+        Stamp {
+            len: m.len(),
+            ino: m.ino(),
+            mtime_ns: (m.mtime() as u64).wrapping_mul(1_000_000_000) + m.mtime_nsec() as u64,
+            ctime_ns: (m.ctime() as u64).wrapping_mul(1_000_000_000) + m.ctime_nsec() as u64,
+        }
+    }
+}
+
+impl Version {
+    /// Every block of a `size`-byte object is here, at its length.
+    fn complete(&self, size: u64) -> bool {
+        let n = size.div_ceil(self.block_size);
+        (0..n).all(|i| {
+            let want = (size - i * self.block_size).min(self.block_size);
+            self.blocks.get(&i).is_some_and(|&(len, _)| len == want)
+        })
+    }
+}
+
+struct State {
+    versions: LruCache<u128, Version>,
+    bytes: u64,
+}
+
+pub struct FileTier {
+    dir: PathBuf,
+    capacity: u64,
+    state: Mutex<State>,
+    evictions: AtomicU64,
+    checksum_failures: AtomicU64,
+    read_failures: AtomicU64,
+    write_failures: AtomicU64,
+    log: LogLimit,
+    /// Inserts one at a time: a new version's index file is created once, and
+    /// eviction never deletes a file another insert is writing.
+    writing: Mutex<()>,
+}
+
+fn id_of(bucket: &str, key: &str, etag: &str, block_size: u64) -> u128 {
+    let mut buf = Vec::with_capacity(32 + bucket.len() + key.len() + etag.len());
+    for part in [bucket.as_bytes(), key.as_bytes(), etag.as_bytes()] {
+        buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        buf.extend_from_slice(part);
+    }
+    buf.extend_from_slice(&block_size.to_le_bytes());
+    xxh3_128(&buf)
+}
+
+fn record(index: u64, f: [u64; 4]) -> [u8; RECORD] {
+    let mut r = [0u8; RECORD];
+    r[..8].copy_from_slice(&index.to_le_bytes());
+    for (i, v) in f.iter().enumerate() {
+        r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+    }
+    let sum = xxh3_64(&r[..40]);
+    r[40..].copy_from_slice(&sum.to_le_bytes());
+    r
+}
+
+fn header(v: &Version) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(MAGIC);
+    h.extend_from_slice(&VERSION.to_le_bytes());
+    let parts = [v.bucket.as_bytes(), v.key.as_bytes(), v.etag.as_bytes()];
+    let len = 8 + 4 + 4 + 8 + parts.iter().map(|p| 4 + p.len()).sum::<usize>();
+    h.extend_from_slice(&(len as u32).to_le_bytes());
+    h.extend_from_slice(&v.block_size.to_le_bytes());
+    for p in parts {
+        h.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        h.extend_from_slice(p);
+    }
+    h
+}
+
+/// The version an index file describes, or why it is not one.
+fn parse_index(buf: &[u8]) -> Result<(Version, usize), &'static str> {
+    let u32_at =
+        |i: usize| -> Option<u32> { Some(u32::from_le_bytes(buf.get(i..i + 4)?.try_into().ok()?)) };
+    let u64_at =
+        |i: usize| -> Option<u64> { Some(u64::from_le_bytes(buf.get(i..i + 8)?.try_into().ok()?)) };
+    if buf.get(..8) != Some(MAGIC) {
+        return Err("not a shoal object index");
+    }
+    if u32_at(8) != Some(VERSION) {
+        return Err("another index version");
+    }
+    let hlen = u32_at(12).ok_or("short")? as usize;
+    let block_size = u64_at(16).ok_or("short")?;
+    if hlen > buf.len() || hlen > 64 * 1024 || block_size == 0 {
+        return Err("bad header");
+    }
+    let mut at = 24;
+    let mut parts = Vec::new();
+    for _ in 0..3 {
+        let n = u32_at(at).ok_or("short")? as usize;
+        at += 4;
+        let s = buf.get(at..at + n).ok_or("short")?;
+        parts.push(std::str::from_utf8(s).map_err(|_| "not UTF-8")?.to_owned());
+        at += n;
+    }
+    if at != hlen {
+        return Err("bad header length");
+    }
+    let mut v = Version {
+        bucket: parts[0].as_str().into(),
+        key: parts[1].as_str().into(),
+        etag: parts[2].as_str().into(),
+        block_size,
+        blocks: HashMap::new(),
+        bytes: 0,
+        size: None,
+        stamp: None,
+    };
+    let mut good = hlen;
+    for r in buf[hlen..].chunks(RECORD) {
+        if r.len() < RECORD || xxh3_64(&r[..40]).to_le_bytes() != r[40..] {
+            break;
+        }
+        let f = |i: usize| u64::from_le_bytes(r[8 + 8 * i..16 + 8 * i].try_into().unwrap());
+        let index = u64::from_le_bytes(r[..8].try_into().unwrap());
+        match index {
+            STAMP => {
+                v.stamp = Some(Stamp {
+                    len: f(0),
+                    ino: f(1),
+                    mtime_ns: f(2),
+                    ctime_ns: f(3),
+                })
+            }
+            SIZE => v.size = Some(f(0)),
+            i if f(0) == 0 => {
+                if let Some((len, _)) = v.blocks.remove(&i) {
+                    v.bytes -= len;
+                }
+                v.stamp = None;
+            }
+            i => {
+                if let Some((old, _)) = v.blocks.insert(i, (f(0), f(1))) {
+                    v.bytes -= old;
+                }
+                v.bytes += f(0);
+                v.stamp = None;
+            }
+        }
+        good += RECORD;
+    }
+    Ok((v, good))
+}
+
+impl FileTier {
+    /// Opens (creating if needed) the tier under `dir/objects`, rebuilding its
+    /// index from the index files there.
+    pub fn open(dir: &Path, capacity: u64) -> io::Result<(FileTier, DiskStats)> {
+        let started = Instant::now();
+        let root = dir.join("objects");
+        fs::create_dir_all(&root)?;
+        let mut found: Vec<(SystemTime, u128, Version)> = Vec::new();
+        let mut stats = DiskStats::default();
+        for sub in fs::read_dir(&root)? {
+            let sub = sub?.path();
+            if !sub.is_dir() {
+                continue;
+            }
+            for f in fs::read_dir(&sub)? {
+                let path = f?.path();
+                if path.extension().is_some_and(|e| e == "data") {
+                    if !path.with_extension("idx").exists() {
+                        let _ = fs::remove_file(&path);
+                        stats.removed += 1;
+                    }
+                    continue;
+                }
+                let loaded = Self::load(&path);
+                match loaded {
+                    Some((mtime, id, v)) if path.with_extension("data").exists() => {
+                        found.push((mtime, id, v))
+                    }
+                    _ => {
+                        let _ = fs::remove_file(&path);
+                        let _ = fs::remove_file(path.with_extension("data"));
+                        stats.removed += 1;
+                    }
+                }
+            }
+        }
+        found.sort_by_key(|f| f.0);
+        let tier = FileTier {
+            dir: root,
+            capacity,
+            state: Mutex::new(State {
+                versions: LruCache::unbounded(),
+                bytes: 0,
+            }),
+            evictions: AtomicU64::new(0),
+            checksum_failures: AtomicU64::new(0),
+            read_failures: AtomicU64::new(0),
+            write_failures: AtomicU64::new(0),
+            log: LogLimit::per_minute(),
+            writing: Mutex::new(()),
+        };
+        {
+            let mut s = tier.state.lock().unwrap();
+            for (_, id, v) in found {
+                s.bytes += v.bytes;
+                stats.blocks += v.blocks.len() as u64;
+                s.versions.put(id, v);
+            }
+            tier.evict(&mut s, 0);
+            stats.bytes = s.bytes;
+        }
+        stats.took = started.elapsed();
+        Ok((tier, stats))
+    }
+
+    fn load(path: &Path) -> Option<(SystemTime, u128, Version)> {
+        if path.extension().is_none_or(|e| e != "idx") {
+            return None;
+        }
+        let mut buf = Vec::new();
+        File::open(path).ok()?.read_to_end(&mut buf).ok()?;
+        let (v, good) = parse_index(&buf).ok()?;
+        if good < buf.len() {
+            // A torn record at the end: cut it off.
+            OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(good as u64))
+                .ok()?;
+        }
+        let id = id_of(&v.bucket, &v.key, &v.etag, v.block_size);
+        let mtime = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+        Some((mtime, id, v))
+    }
+
+    fn path_of(&self, id: u128) -> PathBuf {
+        self.dir
+            .join(format!("{:02x}", (id >> 120) as u8))
+            .join(format!("{id:032x}"))
+    }
+
+    fn append(&self, id: u128, rec: [u8; RECORD]) -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(self.path_of(id).with_extension("idx"))?;
+        f.write_all(&rec)
+    }
+
+    /// Drops least recently used versions until `room` more bytes fit.
+    fn evict(&self, s: &mut State, room: u64) {
+        while s.bytes + room > self.capacity {
+            let Some((id, v)) = s.versions.pop_lru() else {
+                break;
+            };
+            s.bytes -= v.bytes;
+            let p = self.path_of(id);
+            let _ = fs::remove_file(p.with_extension("idx"));
+            let _ = fs::remove_file(p.with_extension("data"));
+            self.evictions.fetch_add(v.blocks.len() as u64, Relaxed);
+        }
+    }
+
+    fn failed(&self, what: &str, e: &dyn std::fmt::Display) {
+        if let Some(n) = self.log.event() {
+            tracing::warn!("mount disk tier: {what}: {e}{}", more(n));
+        }
+    }
+
+    /// Forgets block `index` of version `id` (a bad or unreadable one).
+    fn drop_block(&self, id: u128, index: u64) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(v) = s.versions.peek_mut(&id) {
+            if let Some((len, _)) = v.blocks.remove(&index) {
+                v.bytes -= len;
+                v.stamp = None;
+                s.bytes -= len;
+            }
+        }
+        drop(s);
+        let _ = self.append(id, record(index, [0; 4]));
+    }
+
+    /// The data file of `bucket/key` at `etag`, open for reading, if the tier
+    /// holds every block of its `size` bytes and they are verified. The first
+    /// call for a complete version verifies it (reads it all); later ones only
+    /// compare the file's identity with the stamp that verification left.
+    pub fn whole(
+        &self,
+        bucket: &str,
+        key: &str,
+        etag: &str,
+        block_size: u64,
+        size: u64,
+    ) -> Option<File> {
+        let id = id_of(bucket, key, etag, block_size);
+        let path = self.path_of(id).with_extension("data");
+        let stamp = {
+            let mut s = self.state.lock().unwrap();
+            let v = s.versions.get_mut(&id)?;
+            if v.size.is_none() {
+                v.size = Some(size);
+                drop(s);
+                let _ = self.append(id, record(SIZE, [size, 0, 0, 0]));
+                s = self.state.lock().unwrap();
+            }
+            let v = s.versions.peek(&id)?;
+            if !v.complete(size) {
+                return None;
+            }
+            v.stamp
+        };
+        let file = File::open(&path).ok()?;
+        let now = Stamp::of(&file.metadata().ok()?);
+        if stamp == Some(now) && now.len == size {
+            return Some(file);
+        }
+        self.verify(id, &file, size).then_some(file)
+    }
+
+    /// Reads a complete version through, checking every block; stamps it if all
+    /// are good, drops the bad ones otherwise.
+    fn verify(&self, id: u128, file: &File, size: u64) -> bool {
+        let (bs, blocks) = {
+            let s = self.state.lock().unwrap();
+            let Some(v) = s.versions.peek(&id) else {
+                return false;
+            };
+            (v.block_size, v.blocks.clone())
+        };
+        let before = match file.metadata() {
+            Ok(m) => Stamp::of(&m),
+            Err(_) => return false,
+        };
+        if before.len < size {
+            return false;
+        }
+        let mut buf = vec![0u8; bs as usize];
+        let mut good = true;
+        for i in 0..size.div_ceil(bs) {
+            let Some(&(len, sum)) = blocks.get(&i) else {
+                return false;
+            };
+            let b = &mut buf[..len as usize];
+            let ok = file.read_exact_at(b, i * bs).is_ok() && xxh3_64(b) == sum;
+            if !ok {
+                self.checksum_failures.fetch_add(1, Relaxed);
+                self.failed(
+                    "dropping a block that does not match its checksum",
+                    &format!("block {i} of {}", self.path_of(id).display()),
+                );
+                self.drop_block(id, i);
+                good = false;
+            }
+        }
+        if !good {
+            return false;
+        }
+        let Ok(after) = file.metadata().map(|m| Stamp::of(&m)) else {
+            return false;
+        };
+        // Written to while it was read: not verified.
+        if after != before {
+            return false;
+        }
+        let mut s = self.state.lock().unwrap();
+        if let Some(v) = s.versions.peek_mut(&id) {
+            v.stamp = Some(after);
+        }
+        drop(s);
+        let _ = self.append(
+            id,
+            record(
+                STAMP,
+                [after.len, after.ino, after.mtime_ns, after.ctime_ns],
+            ),
+        );
+        true
+    }
+
+    pub fn failures(&self) -> DiskFailures {
+        DiskFailures {
+            checksum: self.checksum_failures.load(Relaxed),
+            read: self.read_failures.load(Relaxed),
+            write: self.write_failures.load(Relaxed),
+        }
+    }
+
+    fn write_block(
+        &self,
+        id: u128,
+        v_new: Option<Version>,
+        key: &BlockKey,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let p = self.path_of(id);
+        if let Some(v) = &v_new {
+            fs::create_dir_all(p.parent().expect("versions live in a subdirectory"))?;
+            let mut idx = File::create(p.with_extension("idx"))?;
+            idx.write_all(&header(v))?;
+        }
+        let data_file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(p.with_extension("data"))?;
+        data_file.write_all_at(data, key.index * key.block_size)?;
+        self.append(
+            id,
+            record(key.index, [data.len() as u64, xxh3_64(data), 0, 0]),
+        )
+    }
+}
+
+impl BlockCache for FileTier {
+    fn get(&self, key: &BlockKey) -> Option<Bytes> {
+        let id = id_of(&key.bucket, &key.key, &key.etag, key.block_size);
+        let (len, sum) = {
+            let mut s = self.state.lock().unwrap();
+            *s.versions.get(&id)?.blocks.get(&key.index)?
+        };
+        let mut buf = vec![0u8; len as usize];
+        let read = File::open(self.path_of(id).with_extension("data"))
+            .and_then(|f| f.read_exact_at(&mut buf, key.index * key.block_size));
+        match read {
+            Ok(()) if xxh3_64(&buf) == sum => Some(Bytes::from(buf)),
+            Ok(()) => {
+                self.checksum_failures.fetch_add(1, Relaxed);
+                self.failed(
+                    "dropping a block that does not match its checksum",
+                    &key.index,
+                );
+                self.drop_block(id, key.index);
+                None
+            }
+            Err(e) => {
+                self.read_failures.fetch_add(1, Relaxed);
+                self.failed("cannot read a block, fetching it instead", &e);
+                self.drop_block(id, key.index);
+                None
+            }
+        }
+    }
+
+    fn insert(&self, key: BlockKey, data: Bytes) {
+        let len = data.len() as u64;
+        if len == 0 || len > self.capacity {
+            return;
+        }
+        let id = id_of(&key.bucket, &key.key, &key.etag, key.block_size);
+        let _writing = self.writing.lock().unwrap();
+        let fresh = {
+            let mut s = self.state.lock().unwrap();
+            let had = s
+                .versions
+                .get(&id)
+                .and_then(|v| v.blocks.get(&key.index).map(|b| b.0));
+            if had == Some(len) {
+                return;
+            }
+            // Room first; this version is the most recently used, so it stays.
+            self.evict(&mut s, len);
+            !s.versions.contains(&id)
+        };
+        let v_new = fresh.then(|| Version {
+            bucket: key.bucket.clone(),
+            key: key.key.clone(),
+            etag: key.etag.clone(),
+            block_size: key.block_size,
+            blocks: HashMap::new(),
+            bytes: 0,
+            size: None,
+            stamp: None,
+        });
+        if let Err(e) = self.write_block(id, v_new, &key, &data) {
+            self.write_failures.fetch_add(1, Relaxed);
+            self.failed("cannot write a block, serving without it", &e);
+            return;
+        }
+        let mut s = self.state.lock().unwrap();
+        let v = match s.versions.get_mut(&id) {
+            Some(v) => v,
+            None => {
+                s.versions.put(
+                    id,
+                    Version {
+                        bucket: key.bucket.clone(),
+                        key: key.key.clone(),
+                        etag: key.etag.clone(),
+                        block_size: key.block_size,
+                        blocks: HashMap::new(),
+                        bytes: 0,
+                        size: None,
+                        stamp: None,
+                    },
+                );
+                s.versions.get_mut(&id).expect("just put")
+            }
+        };
+        let old = v
+            .blocks
+            .insert(key.index, (len, xxh3_64(&data)))
+            .map_or(0, |b| b.0);
+        v.bytes = v.bytes + len - old;
+        v.stamp = None;
+        s.bytes = s.bytes + len - old;
+    }
+
+    fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
+        let picked: Vec<(u128, u64)> = {
+            let s = self.state.lock().unwrap();
+            s.versions
+                .iter()
+                .flat_map(|(id, v)| {
+                    v.blocks.keys().filter_map(move |&i| {
+                        let k = BlockKey::new(&*v.bucket, &*v.key, &*v.etag, v.block_size, i);
+                        gone(&k).then_some((*id, i))
+                    })
+                })
+                .collect()
+        };
+        for &(id, i) in &picked {
+            self.drop_block(id, i);
+        }
+        picked.len() as u64
+    }
+
+    fn stats(&self) -> TierStats {
+        let s = self.state.lock().unwrap();
+        TierStats {
+            used_bytes: s.bytes,
+            capacity_bytes: self.capacity,
+            blocks: s.versions.iter().map(|(_, v)| v.blocks.len() as u64).sum(),
+            evictions: self.evictions.load(Relaxed),
+        }
+    }
+
+    fn failures(&self) -> DiskFailures {
+        FileTier::failures(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> BlockKey {
+        BlockKey::new("b", "dir/obj", "etag1", 1000, i)
+    }
+
+    fn block(i: u64, len: usize) -> Bytes {
+        Bytes::from(vec![i as u8 + 1; len])
+    }
+
+    #[test]
+    fn blocks_round_trip_survive_reopen_and_make_a_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _) = FileTier::open(dir.path(), 1 << 20).unwrap();
+        // 2,500 bytes: blocks of 1000, 1000, 500.
+        t.insert(key(0), block(0, 1000));
+        t.insert(key(2), block(2, 500));
+        assert!(
+            t.whole("b", "dir/obj", "etag1", 1000, 2500).is_none(),
+            "block 1 missing"
+        );
+        t.insert(key(1), block(1, 1000));
+        assert_eq!(t.get(&key(1)).unwrap(), block(1, 1000));
+        let f = t
+            .whole("b", "dir/obj", "etag1", 1000, 2500)
+            .expect("whole now");
+        let mut all = Vec::new();
+        (&f).read_to_end(&mut all).unwrap();
+        assert_eq!(&all[1000..2000], &block(1, 1000)[..]);
+        assert_eq!(&all[2000..], &block(2, 500)[..]);
+        drop(t);
+        let (t, stats) = FileTier::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(stats.blocks, 3);
+        assert!(
+            t.whole("b", "dir/obj", "etag1", 1000, 2500).is_some(),
+            "stamp kept"
+        );
+        // Another version is another file.
+        assert!(t.whole("b", "dir/obj", "etag2", 1000, 2500).is_none());
+    }
+
+    #[test]
+    fn a_corrupted_block_is_dropped_and_never_handed_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _) = FileTier::open(dir.path(), 1 << 20).unwrap();
+        for i in 0..3 {
+            t.insert(key(i), block(i, 1000));
+        }
+        assert!(t.whole("b", "dir/obj", "etag1", 1000, 3000).is_some());
+        let id = id_of("b", "dir/obj", "etag1", 1000);
+        let data = t.path_of(id).with_extension("data");
+        let f = OpenOptions::new().write(true).open(&data).unwrap();
+        f.write_all_at(b"XX", 1500).unwrap();
+        assert!(
+            t.whole("b", "dir/obj", "etag1", 1000, 3000).is_none(),
+            "the change is seen"
+        );
+        assert!(t.get(&key(1)).is_none(), "block 1 was dropped");
+        assert_eq!(t.get(&key(0)).unwrap(), block(0, 1000));
+        assert_eq!(t.failures().checksum, 1);
+        t.insert(key(1), block(1, 1000));
+        assert!(
+            t.whole("b", "dir/obj", "etag1", 1000, 3000).is_some(),
+            "whole again once refetched"
+        );
+    }
+
+    #[test]
+    fn stays_in_bounds_evicting_whole_versions_and_cuts_torn_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _) = FileTier::open(dir.path(), 5000).unwrap();
+        for v in 0..4 {
+            for i in 0..2 {
+                t.insert(
+                    BlockKey::new("b", &format!("o{v}"), "e", 1000, i),
+                    block(i, 1000),
+                );
+                assert!(t.stats().used_bytes <= 5000);
+            }
+        }
+        assert!(t.stats().evictions >= 2);
+        assert!(t.get(&BlockKey::new("b", "o3", "e", 1000, 1)).is_some());
+        assert!(t.get(&BlockKey::new("b", "o0", "e", 1000, 0)).is_none());
+        // A torn last record (a crash mid-append) is cut off at the next start.
+        let id = id_of("b", "o3", "e", 1000);
+        let idx = t.path_of(id).with_extension("idx");
+        drop(t);
+        let mut f = OpenOptions::new().append(true).open(&idx).unwrap();
+        f.write_all(&[7u8; 20]).unwrap();
+        let before = fs::metadata(&idx).unwrap().len();
+        let (t, _) = FileTier::open(dir.path(), 5000).unwrap();
+        assert!(t.get(&BlockKey::new("b", "o3", "e", 1000, 1)).is_some());
+        assert_eq!(
+            fs::metadata(&idx).unwrap().len(),
+            before - 20,
+            "the torn record is gone"
+        );
+    }
+}
