@@ -36,6 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.cluster(),
         ReaderOptions {
             ram_bytes: cfg.cache.ram_size,
+            disk: None,
             max_inflight_blocks: None,
             queue_wait: None,
         },

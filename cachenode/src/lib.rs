@@ -60,6 +60,7 @@ pub fn build(
                 // Blocks land in this node's own tiers; the reader only needs room
                 // for the cluster blocks a read is cut from.
                 ram_bytes: c.block_size * c.read_window as u64,
+                disk: None,
                 max_inflight_blocks: Some(c.peer_concurrency),
                 queue_wait: Some(c.peer_queue_wait),
             },

@@ -635,6 +635,7 @@ async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_
         cfg.cluster(),
         shoal::cluster::ReaderOptions {
             ram_bytes: 0,
+            disk: None,
             ..Default::default()
         },
     );

@@ -97,6 +97,7 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
         Some(cluster),
         ReaderOptions {
             ram_bytes: 0,
+            disk: None,
             max_inflight_blocks: Some(a.parallel.max(1)),
             queue_wait: None,
         },

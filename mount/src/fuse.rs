@@ -14,6 +14,7 @@ use fuser::{
 
 use crate::fs::{Attr, DirItem, Fs, FsError, Kind};
 use crate::metrics::MountMetrics;
+use crate::passthrough::Open;
 
 /// FUSE requests carry at most this much: 256 pages, the kernel's limit here.
 /// fuser derives `max_pages` from max(`max_write`, `max_readahead`), so a read-only
@@ -126,6 +127,16 @@ impl Filesystem for FuseFs {
                 | InitFlags::FUSE_PARALLEL_DIROPS
                 | InitFlags::FUSE_ASYNC_READ,
         );
+        // Files the disk tier holds whole are read by the kernel itself; the
+        // backing files sit on a plain filesystem (stack depth 1).
+        if self.fs.has_disk() {
+            let on = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            if !on {
+                tracing::warn!("this kernel offers no FUSE passthrough: files in the disk tier are read through the mount");
+            }
+            self.fs.set_passthrough(on);
+        }
         Ok(())
     }
 
@@ -158,10 +169,35 @@ impl Filesystem for FuseFs {
         {
             return reply.error(Errno::EROFS);
         }
-        let fs = self.fs.clone();
+        let (fs, metrics) = (self.fs.clone(), self.metrics.clone());
         self.spawn("open", async move {
             match fs.open(ino.0).await {
                 Ok(o) => {
+                    let how = match &o.backing {
+                        Some(file) => fs
+                            .passthrough
+                            .open(ino.0, o.fh, &o.etag, || reply.open_backing(file)),
+                        None if fs.passthrough.open_cached(ino.0, o.fh) => Open::Cached,
+                        None => Open::Retry,
+                    };
+                    match how {
+                        Open::Backed(id) => {
+                            metrics.passthrough_opens.inc();
+                            return reply.opened_passthrough(
+                                FileHandle(o.fh),
+                                FopenFlags::empty(),
+                                &id,
+                            );
+                        }
+                        // The inode holds another version's backing file, and the
+                        // path has a new inode now: ESTALE makes the kernel look
+                        // the path up again and open that.
+                        Open::Retry => {
+                            fs.release(o.fh);
+                            return reply.error(Errno::ESTALE);
+                        }
+                        Open::Cached => {}
+                    }
                     // Keep the page cache only when the version is the one it holds;
                     // bypass it when another version is open through it.
                     let f = if o.direct_io {
@@ -209,6 +245,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEmpty,
     ) {
         self.fs.release(fh.0);
+        self.fs.passthrough.release(fh.0);
         reply.ok();
     }
 

@@ -7,6 +7,7 @@
 pub mod fs;
 pub mod fuse;
 pub mod metrics;
+pub mod passthrough;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -125,12 +126,31 @@ pub fn run(mut spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
     let origin_cfg = spec.config.origin().map_err(|e| e.to_string())?;
     let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
     let cluster = spec.config.reader_cluster();
+    let disk = match &spec.config.mount.disk_cache {
+        Some((dir, bytes)) => {
+            let (tier, stats) = shoal::blocks::FileTier::open(dir, *bytes)
+                .map_err(|e| format!("mount.disk_cache {}: {e}", dir.display()))?;
+            tracing::info!(
+                blocks = stats.blocks,
+                bytes = stats.bytes,
+                removed = stats.removed,
+                "disk tier at {} opened in {:?}",
+                dir.display(),
+                stats.took
+            );
+            Some(Arc::new(tier))
+        }
+        None => None,
+    };
     let fs = rt.block_on(async {
         let reader = ClusterReader::new(
             origin.clone(),
             cluster.as_ref(),
             ReaderOptions {
                 ram_bytes: spec.cache_size,
+                disk: disk
+                    .clone()
+                    .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
                 max_inflight_blocks: None,
                 queue_wait: None,
             },
@@ -148,6 +168,7 @@ pub fn run(mut spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
                 prefetch_files: spec.prefetch_files,
             },
             reader,
+            disk,
         );
         fs.check_access().await.map(|()| Arc::new(fs))
     });

@@ -42,6 +42,8 @@ pub struct MountMetrics {
     /// refresh), and refreshes forced by an expired-token answer.
     pub credential_fetches: Counter,
     pub expired_token_retries: Counter,
+    /// Opens handed to the kernel with a backing file from the disk tier.
+    pub passthrough_opens: Counter,
 }
 
 impl Default for MountMetrics {
@@ -61,6 +63,7 @@ impl Default for MountMetrics {
             open_files: Default::default(),
             credential_fetches: Default::default(),
             expired_token_retries: Default::default(),
+            passthrough_opens: Default::default(),
         }
     }
 }
@@ -87,6 +90,7 @@ impl MountMetrics {
             "open_files" => self.open_files, "Open file handles";
             "credential_fetches" => self.credential_fetches, "Origin credentials fetched from the AWS chain (first and refreshes)";
             "expired_token_retries" => self.expired_token_retries, "Requests sent again after the origin said the token expired";
+            "passthrough_opens" => self.passthrough_opens, "Opens read by the kernel from a disk-tier file (FUSE passthrough)";
         );
     }
 

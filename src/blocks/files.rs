@@ -584,7 +584,7 @@ impl BlockCache for FileTier {
                 .iter()
                 .flat_map(|(id, v)| {
                     v.blocks.keys().filter_map(move |&i| {
-                        let k = BlockKey::new(&*v.bucket, &*v.key, &*v.etag, v.block_size, i);
+                        let k = BlockKey::new(&v.bucket, &v.key, &v.etag, v.block_size, i);
                         gone(&k).then_some((*id, i))
                     })
                 })

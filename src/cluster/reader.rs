@@ -21,10 +21,13 @@ use crate::store::s3::S3Client;
 use crate::store::{ByteRange, GetObject, ObjectMeta, ObjectStore, StoreError};
 
 /// How a reader is shaped beyond the cluster config.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ReaderOptions {
     /// Client RAM tier, shared by all handles (0 = none).
     pub ram_bytes: u64,
+    /// A disk tier under the RAM tier (a mount's own), filled by reads and
+    /// read-ahead.
+    pub disk: Option<Arc<dyn crate::blocks::BlockCache>>,
     /// Blocks being fetched at once across all handles: bounds in-flight memory to
     /// this many cluster blocks. Defaults to 8 read windows: the most a sequential
     /// reader's adaptive read-ahead may grow to.
@@ -38,6 +41,7 @@ impl Default for ReaderOptions {
     fn default() -> Self {
         Self {
             ram_bytes: 256 << 20,
+            disk: None,
             max_inflight_blocks: None,
             queue_wait: None,
         }
@@ -110,7 +114,7 @@ impl ClusterReader {
             origin_attempts: p.origin_attempts,
             cluster: p.cluster,
             nodes: p.nodes,
-            tiers: Tiers::new(opts.ram_bytes, block_size, None),
+            tiers: Tiers::new(opts.ram_bytes, block_size, opts.disk.clone()),
             inflight: Arc::new(Semaphore::new(limit)),
             inflight_limit: limit,
             queue_wait: opts.queue_wait,

@@ -78,6 +78,7 @@ impl Rig {
             },
             ReaderOptions {
                 ram_bytes: 0,
+                disk: None,
                 ..Default::default()
             },
         );

@@ -46,6 +46,8 @@ pub const PEER_CONCURRENCY: usize = 64;
 /// the origin.
 pub const PEER_QUEUE_WAIT: Duration = Duration::from_millis(100);
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// A mount's disk tier when `mount.disk_cache` names a directory but no size.
+pub const MOUNT_DISK_CACHE: u64 = 10 << 30;
 /// Slow or silent clients: S3 itself closes idle connections after about 20 s.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);

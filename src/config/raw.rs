@@ -160,6 +160,8 @@ pub struct RawMount {
     pub file_mode: Option<String>,
     pub dir_mode: Option<String>,
     pub allow_other: Option<bool>,
+    pub disk_cache: Option<String>,
+    pub disk_cache_size: Option<Size>,
 }
 
 #[derive(Deserialize, Default, Debug)]

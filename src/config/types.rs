@@ -282,6 +282,9 @@ pub struct MountConfig {
     pub file_mode: u32,
     pub dir_mode: u32,
     pub allow_other: bool,
+    /// The mount's own disk tier: a directory and its byte bound. Files held
+    /// whole there are read through FUSE passthrough.
+    pub disk_cache: Option<(PathBuf, u64)>,
 }
 
 #[derive(Clone, Debug)]

@@ -23,9 +23,14 @@ pub(super) struct OpenFile {
 pub(super) type OpenDir = (u64, Arc<Vec<DirEntry>>);
 
 /// Where an open file's data may be kept by the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Opened {
     pub fh: u64,
+    /// Its version's ETag.
+    pub etag: String,
+    /// The whole file from the mount's disk tier, verified: the kernel may read it
+    /// directly (passthrough).
+    pub backing: Option<std::fs::File>,
     /// The version is the one the page cache holds: keep it.
     pub keep_cache: bool,
     /// Another version is open through the page cache: bypass it.
@@ -69,6 +74,20 @@ impl Fs {
             .await?;
         self.visit(&path);
         let (keep_cache, direct_io) = self.inodes.page_cache_mode(ino, &meta.etag);
+        // A file other versions of which are open through the page cache is
+        // read around it, never passed through.
+        let backing = match &self.disk {
+            Some(disk) if !direct_io && self.passthrough.is_on() => {
+                let (disk, bucket, key) =
+                    (disk.clone(), self.opts.bucket.clone(), self.full_key(&path));
+                let (etag, size, bs) = (meta.etag.clone(), meta.size, self.reader.block_size());
+                tokio::task::spawn_blocking(move || disk.whole(&bucket, &key, &etag, bs, size))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        };
         let fh = self.new_fh();
         self.files.lock().unwrap().insert(
             fh,
@@ -80,6 +99,8 @@ impl Fs {
         );
         Ok(Opened {
             fh,
+            etag: meta.etag.clone(),
+            backing,
             keep_cache,
             direct_io,
         })

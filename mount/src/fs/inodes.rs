@@ -79,6 +79,23 @@ impl Inodes {
         f(&self.table.lock().unwrap())
     }
 
+    /// Gives `path` a fresh inode if its file's version is no longer `etag` and
+    /// `keep(old ino)` says its inode must stay as it is (a passthrough backing
+    /// file pins the old version to it); the old inode lives on for its handles.
+    pub fn renumber_if_changed(&self, path: &str, etag: &str, keep: impl Fn(u64) -> bool) {
+        let mut t = self.table.lock().unwrap();
+        let Some(&old) = t.by_path.get(path) else {
+            return;
+        };
+        let changed = t
+            .by_ino
+            .get(&old)
+            .is_some_and(|n| !n.etag.is_empty() && n.etag != etag);
+        if changed && keep(old) {
+            t.by_path.remove(path);
+        }
+    }
+
     /// The inode for `path`, created on first sight; updates file attributes.
     pub fn intern(
         &self,

@@ -111,14 +111,26 @@ pub struct Fs {
     /// Whether files can be fetched ahead: only into a client RAM tier.
     fetch_blocks: bool,
     next_fh: AtomicU64,
+    /// The mount's own disk tier, when it has one: what it holds whole is
+    /// handed to the kernel as a passthrough backing file.
+    disk: Option<Arc<shoal::blocks::FileTier>>,
+    /// Which inodes the kernel reads through backing files (shared with the FUSE
+    /// adapter, which registers them).
+    pub passthrough: crate::passthrough::Passthrough,
     /// Archived objects someone tried to open, each logged once.
     archived_told: Mutex<std::collections::HashSet<String>>,
     pub stats: FsStats,
 }
 
 impl Fs {
-    pub fn new(opts: FsOptions, reader: Arc<ClusterReader>) -> Fs {
+    pub fn new(
+        opts: FsOptions,
+        reader: Arc<ClusterReader>,
+        disk: Option<Arc<shoal::blocks::FileTier>>,
+    ) -> Fs {
         Fs {
+            disk,
+            passthrough: Default::default(),
             opts,
             origin: reader.origin().clone(),
             fetch_blocks: reader.ram_stats().capacity_bytes > 0,
@@ -134,6 +146,16 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             stats: FsStats::default(),
         }
+    }
+
+    /// Whether the mount has a disk tier whose whole files can be passed through.
+    pub fn has_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// What the kernel said at init about passthrough.
+    pub fn set_passthrough(&self, on: bool) {
+        self.passthrough.set(on);
     }
 
     pub fn options(&self) -> &FsOptions {

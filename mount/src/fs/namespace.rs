@@ -38,13 +38,26 @@ impl Fs {
             .origin
             .head(&GetObject::new(&self.opts.bucket, self.full_key(path)))
             .await?;
-        let ino = self.inodes.intern(
-            path,
-            Kind::File,
-            Some((meta.size, &meta.etag, meta.last_modified)),
-        );
+        let ino = self.intern_file(path, meta.size, &meta.etag, meta.last_modified);
         self.inodes.set_archived(ino, meta.archived().is_some());
         Ok(meta)
+    }
+
+    /// The inode of file `path` at this version. A version change on an inode the
+    /// kernel reads through a passthrough backing file (which holds the old
+    /// version, and which every open of that inode must share) gets the path a
+    /// new inode, so the next open reads the new version.
+    fn intern_file(
+        &self,
+        path: &str,
+        size: u64,
+        etag: &str,
+        mtime: Option<std::time::SystemTime>,
+    ) -> u64 {
+        self.inodes
+            .renumber_if_changed(path, etag, |old| self.passthrough.has_backing(old));
+        self.inodes
+            .intern(path, Kind::File, Some((size, etag, mtime)))
     }
 
     /// The entries of directory `ino`, from the cache or a fresh listing.
@@ -133,11 +146,8 @@ impl Fs {
                     tracing::info!(key = %o.key, "key is both a file and a directory prefix; showing the directory");
                     continue;
                 }
-                let ino = self.inodes.intern(
-                    &format!("{path}{name}"),
-                    Kind::File,
-                    Some((o.size, &o.etag, o.last_modified)),
-                );
+                let ino =
+                    self.intern_file(&format!("{path}{name}"), o.size, &o.etag, o.last_modified);
                 self.inodes.set_archived(ino, o.archived());
                 let entry = DirEntry {
                     name: name.to_owned(),
@@ -208,11 +218,7 @@ impl Fs {
         }
         match file {
             Ok(meta) => {
-                let ino = self.inodes.intern(
-                    &file_path,
-                    Kind::File,
-                    Some((meta.size, &meta.etag, meta.last_modified)),
-                );
+                let ino = self.intern_file(&file_path, meta.size, &meta.etag, meta.last_modified);
                 self.inodes.set_archived(ino, meta.archived().is_some());
                 self.getattr_cached(ino)
             }

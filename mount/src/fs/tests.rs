@@ -25,6 +25,7 @@ async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
             prefetch_files: 32,
         },
         reader,
+        None,
     );
     (origin, Arc::new(fs))
 }

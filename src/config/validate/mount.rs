@@ -39,6 +39,28 @@ impl Validator<'_> {
             file_mode: self.mode("mount.file_mode", m.file_mode, 0o444)?,
             dir_mode: self.mode("mount.dir_mode", m.dir_mode, 0o555)?,
             allow_other: m.allow_other.unwrap_or(false),
+            disk_cache: match (m.disk_cache, m.disk_cache_size) {
+                (None, None) => None,
+                (None, Some(_)) => {
+                    return Err(self.err(
+                        "mount.disk_cache_size",
+                        "is set, so a mount.disk_cache directory is needed",
+                    ))
+                }
+                (Some(d), _) if d.is_empty() => {
+                    return Err(self.err("mount.disk_cache", "is empty"))
+                }
+                (Some(_), Some(s)) if s.0 < 64 << 20 => {
+                    return Err(self.err(
+                        "mount.disk_cache_size",
+                        format!("{} is below the least useful size, 64MiB", s.0),
+                    ))
+                }
+                (Some(d), s) => Some((
+                    PathBuf::from(d),
+                    s.map_or(defaults::MOUNT_DISK_CACHE, |s| s.0),
+                )),
+            },
         })
     }
 }
