@@ -27,7 +27,7 @@ echo "seeding: ${SIZE_MB} MiB objects, $SMALL_FILES files of 16 KiB" >&2
 mkdir -p "$work/seed/small"
 # shoal's object, one for the origin-cost run, one for random reads, and one the
 # peers share (each keeps its own cache of it; none of them uses the nodes).
-for o in obj many rand peer; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$o.bin"; done
+for o in obj many rand peer disk; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$o.bin"; done
 head -c $((SMALL_FILES * 16384)) /dev/urandom | split -b 16384 -a 4 -d - "$work/seed/small/f"
 start_slow_cluster 256MiB
 cp "$work/seed/obj.bin" "$work/local.bin"
@@ -63,6 +63,18 @@ rand_4k=$(fio --name=r --filename="$S/rand.bin" --rw=randread --bs=4k --ioengine
   python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]["clat_ns"]["percentile"]; print("%.2f" % (j["50.000000"] / 1e6))' 2>/dev/null || echo n/a)
 drop_cache; small=$(secs bash -c "cat '$S'/small/* >/dev/null")
 
+# A mount with its own disk tier: the first read fills it, the second finds the
+# file whole (and verifies it once), the third, page cache dropped, is read by
+# the kernel from the tier's file through FUSE passthrough.
+mkdir -p "$work/shoald" "$work/disk-cache"
+{ cat "$work/cluster.toml"; printf '[mount]\ndisk_cache = "%s"\ndisk_cache_size = "%dMiB"\n' "$work/disk-cache" $((SIZE_MB * 2)); } >"$work/disk.toml"
+"$bin/shoal-mount" --config "$work/disk.toml" --log-file "$work/mountd.log" --metrics-addr "127.0.0.1:$(free_port)" bench "$work/shoald"
+mounts+=("$work/shoald")
+drop_cache; dd_rate "$work/shoald/disk.bin" >/dev/null
+dd_rate "$work/shoald/disk.bin" >/dev/null
+drop_cache; passthrough=$(dd_rate "$work/shoald/disk.bin")
+pt_reread=$(dd_rate "$work/shoald/disk.bin")
+
 # READERS mounts reading one object at once: what the origin sent for it.
 sent() { curl -s "http://$origin/_origin/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["body_bytes_sent"])'; }
 before=$(sent)
@@ -71,7 +83,9 @@ for i in $(seq "$READERS"); do
   "$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/m$i.log" bench "$work/m$i"
   mounts+=("$work/m$i")
 done
-for i in $(seq "$READERS"); do dd if="$work/m$i/many.bin" of=/dev/null bs=1M 2>/dev/null & done; wait
+readers=()
+for i in $(seq "$READERS"); do dd if="$work/m$i/many.bin" of=/dev/null bs=1M 2>/dev/null & readers+=($!); done
+wait "${readers[@]}"
 after=$(sent)
 cost=$(awk -v a="$before" -v b="$after" -v s="$SIZE_MB" 'BEGIN { printf "%.3f", (b - a) / (s * 1048576) }')
 
@@ -119,6 +133,7 @@ fi
 echo "peers: ${SIZE_MB} MiB sequential (dd bs=1M), 3 nodes, origin +${LATENCY_MS} ms first byte, $((BW / 1000000)) MB/s per connection"
 printf '%-34s %10s %10s %10s %16s\n' "tool" "cold MB/s" "warm MB/s" "re-read" "$SMALL_FILES x 16 KiB s"
 printf '%-34s %10s %10s %10s %16s\n' "shoal" "$cold" "$warm" "$reread" "$small"
+printf '%-34s %10s %10s %10s %16s\n' "shoal, mount disk tier" "" "$passthrough" "$pt_reread" ""
 printf '%-34s %10s %10s %10s %16s\n' "mountpoint-s3" "${ms3[0]}" "${ms3[1]}" "${ms3[2]}" "$ms3_small"
 printf '%-34s %10s %10s %10s %16s\n' "mountpoint-s3 --cache" "${ms3c[0]}" "${ms3c[1]}" "${ms3c[2]}" "$ms3c_small"
 printf '%-34s %10s %10s %10s %16s\n' "rclone vfs full" "${rcl[0]}" "${rcl[1]}" "${rcl[2]}" "$rc_small"
@@ -130,6 +145,8 @@ row "cold: shoal / mountpoint-s3" "$(ratio "$cold" "${ms3[0]}")" ">= 1.5"
 row "cold: shoal / origin 32-connection pull" "$(ratio "$cold" "$pull")" ">= 0.5"
 row "warm from nodes: shoal / mountpoint-s3 --cache" "$(ratio "$warm" "${ms3c[1]}")" ">= 2"
 row "warm from nodes: shoal / null FUSE" "$(ratio "$warm" "$null")" ">= 0.8"
+row "warm from the disk tier (passthrough) / local file from disk" "$(ratio "$passthrough" "$local_disk")" ">= 0.9"
+row "warm from the disk tier (passthrough) / mountpoint-s3 --cache" "$(ratio "$passthrough" "${ms3c[1]}")" ">= 3"
 row "re-read: shoal / local page cache" "$(ratio "$reread" "$local_pc")" ">= 0.9"
 row "cold 4 KiB random read median: shoal / direct GET" "$(ratio "$rand_4k" "$direct_4k") (${rand_4k} ms)" "<= 1.3"
 row "$SMALL_FILES small files: mountpoint-s3 / shoal (x faster)" "$(ratio "$ms3_small" "$small")" ">= 10"

@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod config;
 pub mod exposition;
 pub mod fd_limit;
+pub mod heap;
 pub mod log_limit;
 pub mod node_proto;
 pub mod notify;

@@ -40,6 +40,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    shoal::heap::map_large_buffers();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -702,7 +702,10 @@ async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin(
         ),
     )
     .await;
-    let body = data(6 * MIB, 43);
+    // A node streams a GET with a few blocks in flight, so the first several may all
+    // reach the owner before the third failure trips the breaker; a dozen blocks make
+    // sure later ones find it open.
+    let body = data(12 * MIB, 43);
     origin.put(BUCKET, "b/obj", body.clone());
     assert_eq!(get(gw.addr, "b/obj", None).await.unwrap(), body);
     let t = scrape(gw.addr).await;

@@ -1,7 +1,8 @@
-//! Memory bounds: 32 readers of large files through a real mount and a real node.
-//! The peak resident size of each process (the kernel's VmHWM) must stay within what
-//! it was at rest, plus its RAM tier, plus the blocks it may hold in flight, plus a
-//! stated overhead for buffers, connections and allocator slack.
+//! Memory bounds: 32 readers of large files through a real mount and a real node,
+//! both with their disk tiers on. The peak resident size of each process (the
+//! kernel's VmHWM) must stay within what it was at rest, plus its RAM tier, plus
+//! the blocks it may hold in flight, plus a stated overhead for buffers,
+//! connections and allocator slack: a disk tier costs page cache, not memory.
 
 mod common;
 
@@ -51,13 +52,21 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
         &o,
         dir.path(),
         "n",
-        &format!("[cache]\nram_size = \"{}MiB\"\n", NODE_RAM / MIB),
+        &format!(
+            "[cache]\nram_size = \"{}MiB\"\ndisk_size = \"512MiB\"\ndata_dir = \"{}\"\n",
+            NODE_RAM / MIB,
+            dir.path().join("node-disk").display()
+        ),
     );
     let m = Mount::start(
         &mount_toml(
             &o,
             &[&node],
-            &format!("[cache]\nram_size = \"{}MiB\"\n", MOUNT_RAM / MIB),
+            &format!(
+                "[cache]\nram_size = \"{}MiB\"\n[mount]\ndisk_cache = \"{}\"\ndisk_cache_size = \"512MiB\"\n",
+                MOUNT_RAM / MIB,
+                dir.path().join("mount-disk").display()
+            ),
         )
         .replace(
             "[cluster]\n",
@@ -109,10 +118,11 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
     let (_, node_peak) = rss(node_pid);
     let (_, mount_peak) = rss(mount_pid);
 
-    // The mount holds its RAM tier plus at most 4 read windows of blocks in flight;
-    // the node its RAM tier plus what the mount can ask of it at once (one block
-    // per request, with the node's prefetch of 4 blocks per stream on top).
-    let inflight = 4 * READ_WINDOW * MIB;
+    // The mount holds its RAM tier plus its in-flight budget (8 read windows of
+    // blocks, what adaptive read-ahead may grow to); the node its RAM tier plus
+    // what the mount can ask of it at once (one block per request, cut through,
+    // with the node's prefetch of 4 blocks per stream on top).
+    let inflight = 8 * READ_WINDOW * MIB;
     let mount_bound = mount_rest + MOUNT_RAM + inflight + OVERHEAD;
     let node_bound = node_rest + NODE_RAM + inflight + OVERHEAD;
     eprintln!(

@@ -296,6 +296,30 @@ fn mount_prefetch_files() {
 }
 
 #[test]
+fn mount_disk_cache() {
+    assert!(parse("").unwrap().mount.disk_cache.is_none());
+    let c = parse("[mount]\ndisk_cache = \"/var/cache/m\"\n").unwrap();
+    assert_eq!(
+        c.mount.disk_cache,
+        Some(("/var/cache/m".into(), 10 << 30)),
+        "a directory alone gets the default size"
+    );
+    let c = parse("[mount]\ndisk_cache = \"/c\"\ndisk_cache_size = \"1GiB\"\n").unwrap();
+    assert_eq!(c.mount.disk_cache, Some(("/c".into(), 1 << 30)));
+    refused(
+        "[mount]\ndisk_cache_size = \"1GiB\"\n",
+        "mount.disk_cache_size",
+        "directory is needed",
+    );
+    refused(
+        "[mount]\ndisk_cache = \"/c\"\ndisk_cache_size = \"1MiB\"\n",
+        "mount.disk_cache_size",
+        "64MiB",
+    );
+    refused("[mount]\ndisk_cache = \"\"\n", "mount.disk_cache", "empty");
+}
+
+#[test]
 fn wrong_type_names_key_and_line() {
     let e = parse("[cluster]\nnodes = [\"a:1\"]\nread_window = \"eight\"\n").unwrap_err();
     assert_eq!(e.key, "cluster.read_window");
