@@ -22,7 +22,8 @@
 //!   hedging and origin fallback.
 //! - [`exposition`]: `/metrics` in the format the scraper asks for.
 //! - [`notify`]: telling systemd a service is ready; [`log_limit`]: log lines that
-//!   repeat at most once per interval; [`fd_limit`]: room for many connections.
+//!   repeat at most once per interval; [`fd_limit`]: room for many connections;
+//!   [`heap`]: an allocator that keeps no more than the blocks need.
 
 pub mod aws;
 pub mod blocks;

@@ -252,7 +252,7 @@ fn daemonize() -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    shoal::heap::map_large_buffers();
+    shoal::heap::fewer_arenas();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
