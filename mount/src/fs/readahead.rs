@@ -5,7 +5,8 @@
 //! the current limit, the limit doubles (up to the reader's in-flight budget) if
 //! throughput rose by more than a sixth since the last step, and stays where it
 //! is once it did not. A cold read so fills the origin's bandwidth-delay product;
-//! small and random reads stay small.
+//! small and random reads stay small. A random read starts the window over but
+//! keeps the limit: that belongs to the path, not to the reader.
 
 use std::time::Instant;
 
@@ -45,16 +46,20 @@ impl Readahead {
         now: Instant,
     ) -> Option<(u64, u64)> {
         let last_block = (end - 1) / bs;
-        // Small forward skips inside the window still count as sequential.
-        let sequential = offset == self.next
-            || (offset > self.next && offset - self.next <= self.window.max(1) * bs);
-        self.next = end;
+        // Small forward skips inside the window still count as sequential, and so
+        // do reads a little behind: the kernel's read-ahead requests of one run
+        // reach the daemon on several threads, not always in order.
+        // The kernel keeps about `base` blocks of read-ahead requests in flight,
+        // two batches at a time.
+        let slack = self.window.max(2 * base) * bs;
+        let sequential = offset <= self.next + slack && offset + slack >= self.next;
+        self.next = self.next.max(end);
         if !sequential {
-            *self = Readahead {
-                next: end,
-                fetched_until: last_block + 1,
-                ..Default::default()
-            };
+            // The window starts over; what was learned of the path stays.
+            self.next = end;
+            self.window = 0;
+            self.fetched_until = last_block + 1;
+            self.epoch = None;
             return None;
         }
         if self.limit == 0 {
@@ -65,7 +70,7 @@ impl Readahead {
         let from = self.fetched_until.max(last_block + 1);
         let to = last_block + 1 + self.window;
         self.fetched_until = self.fetched_until.max(to);
-        (to > from).then_some((from, to - from))
+        (to > from).then(|| (from, to - from))
     }
 
     fn adapt(&mut self, read: u64, bs: u64, max: u64, now: Instant) {
@@ -115,11 +120,34 @@ mod tests {
         assert_eq!(ra.advance(3 * mb, 4 * mb, mb, 8, 8, t), Some((7, 5)));
         // At the cap, one more block per block read.
         assert_eq!(ra.advance(4 * mb, 5 * mb, mb, 8, 8, t), Some((12, 1)));
-        // A jump back: nothing ahead, and the window starts over.
-        assert_eq!(ra.advance(0, 4096, mb, 8, 8, t), None);
-        assert_eq!(ra.advance(4096, 8192, mb, 8, 8, t), Some((1, 1)));
+        // A jump: nothing ahead, and the window starts over.
+        let at = 100 * mb;
+        assert_eq!(ra.advance(at, at + 4096, mb, 8, 8, t), None);
+        assert_eq!(
+            ra.advance(at + 4096, at + 8192, mb, 8, 8, t),
+            Some((101, 1))
+        );
         // A short skip forward stays sequential.
-        assert!(ra.advance(8192 + 4096, 16384, mb, 8, 8, t).is_some());
+        assert!(ra.advance(at + 12288, at + 16384, mb, 8, 8, t).is_some());
+        assert!(ra.sequential());
+    }
+
+    #[test]
+    fn reads_arriving_a_little_out_of_order_stay_one_run() {
+        // A window of 2 blocks: the kernel has up to 4 in flight.
+        let (mut ra, t, mb) = (Readahead::default(), Instant::now(), 1u64 << 20);
+        for i in 0..4 {
+            ra.advance(i * mb, (i + 1) * mb, mb, 2, 2, t);
+        }
+        // Block 5 is served before block 4: both are the same run.
+        assert!(ra.advance(5 * mb, 6 * mb, mb, 2, 2, t).is_some());
+        ra.advance(4 * mb, 5 * mb, mb, 2, 2, t);
+        assert!(ra.sequential(), "a read one block behind is not a jump");
+        ra.advance(6 * mb, 7 * mb, mb, 2, 2, t);
+        assert!(ra.sequential());
+        // Further behind than the kernel reads ahead is a jump.
+        ra.advance(0, 4096, mb, 2, 2, t);
+        assert!(!ra.sequential());
     }
 
     /// Reads `n` blocks sequentially from `at`, the path giving `rate(limit)`
@@ -146,8 +174,11 @@ mod tests {
         let (mut ra, mut at, mut t) = (Readahead::default(), 0, Instant::now());
         run(&mut ra, &mut at, &mut t, 400, flat);
         assert!(ra.limit() <= 16, "no growth without gain: {}", ra.limit());
-        // A random read starts it over.
-        ra.advance(0, 4096, 1 << 20, 8, 64, t);
-        assert_eq!(ra.limit(), 0);
+        // A random read starts the window over and keeps the limit learned.
+        let learned = ra.limit();
+        assert_eq!(ra.advance(0, 4096, 1 << 20, 8, 64, t), None);
+        assert!(!ra.sequential());
+        assert_eq!(ra.limit(), learned);
+        assert_eq!(ra.advance(4096, 8192, 1 << 20, 8, 64, t), Some((1, 1)));
     }
 }
