@@ -132,3 +132,49 @@ async fn a_cold_small_read_waits_for_the_origins_first_byte_not_the_whole_block(
         "4 KiB from the start of a cold block came in {took:?}, not after the block's second"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_small_read_deep_in_a_block_is_asked_on_its_own_and_the_block_still_fills() {
+    let origin = origin().await;
+    let body = data(2 * MIB as usize, 5);
+    origin.put(BUCKET, "deep", body.clone());
+    // A whole 1 MiB block takes a second; the last 4 KiB of block 0 would come
+    // at its end.
+    origin.faults.set(FaultSettings {
+        bandwidth_bytes_per_sec: 1_000_000,
+        ..Default::default()
+    });
+    let node = node_for(&origin, "", "[cache]\nram_size = \"64MiB\"").await;
+    let c = client(node.addr);
+    let (at, to) = (MIB - 4096, MIB);
+    let t0 = Instant::now();
+    let (_, got) = c
+        .get_bytes(&GetObject::new(BUCKET, "deep").range(ByteRange::span(at, to)))
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(got == body.slice(at as usize..to as usize), "byte-exact");
+    assert!(
+        took < Duration::from_millis(500),
+        "4 KiB at the end of a cold block came in {took:?}, not after the block's second"
+    );
+    // The block's own fetch went on: a whole read of it joins that fetch or finds
+    // it in the RAM tier, and no third GET is made.
+    let (_, whole) = c
+        .get_bytes(&GetObject::new(BUCKET, "deep").range(ByteRange::span(0, MIB)))
+        .await
+        .unwrap();
+    assert!(whole == body.slice(..MIB as usize));
+    assert_eq!(
+        origin.stats.snapshot().gets_of(BUCKET, "deep"),
+        2,
+        "the block and the side range"
+    );
+    // Once the block is held, a small read deep in it costs the origin nothing.
+    let (_, again) = c
+        .get_bytes(&GetObject::new(BUCKET, "deep").range(ByteRange::span(at - 8192, at)))
+        .await
+        .unwrap();
+    assert!(again == body.slice((at - 8192) as usize..at as usize));
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "deep"), 2);
+}

@@ -158,6 +158,9 @@ pub fn decode_header(buf: &[u8]) -> Result<Header, DecodeError> {
 struct State {
     lru: LruCache<BlockKey, u64>,
     bytes: u64,
+    /// Bytes of block files being written: room is kept for them, so writes
+    /// side by side never hold more than the tier between them.
+    writing: u64,
 }
 
 pub struct DiskTier {
@@ -240,6 +243,7 @@ impl DiskTier {
             state: Mutex::new(State {
                 lru: LruCache::unbounded(),
                 bytes: 0,
+                writing: 0,
             }),
             evictions: AtomicU64::new(0),
             checksum_failures: AtomicU64::new(0),
@@ -407,8 +411,13 @@ impl BlockCache for DiskTier {
             // Room first: on a disk that holds no more than the tier, writing
             // before evicting would fail.
             let mut s = self.state.lock().unwrap();
+            if s.writing + size > capacity {
+                return;
+            }
             let kept = s.lru.peek(&key).copied().unwrap_or(0);
-            self.evict_to(&mut s, (capacity + kept).saturating_sub(size));
+            let room = (capacity + kept).saturating_sub(size + s.writing);
+            self.evict_to(&mut s, room);
+            s.writing += size;
         }
         let path = self.path_of(&key);
         let tmp = path.with_extension(format!("{}.tmp", rand::random::<u32>()));
@@ -420,15 +429,23 @@ impl BlockCache for DiskTier {
             drop(f);
             fs::rename(&tmp, &path)
         };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            // A full disk makes room and tries once more; anything else gives up.
-            if !self.write_failed(&path, size, e) || write().is_err() {
+        let written = match write() {
+            Ok(()) => true,
+            Err(e) => {
                 let _ = fs::remove_file(&tmp);
-                return;
+                // A full disk makes room and tries once more; anything else gives up.
+                let again = self.write_failed(&path, size, e) && write().is_ok();
+                if !again {
+                    let _ = fs::remove_file(&tmp);
+                }
+                again
             }
-        }
+        };
         let mut s = self.state.lock().unwrap();
+        s.writing -= size;
+        if !written {
+            return;
+        }
         if let Some(old) = s.lru.put(key, size) {
             s.bytes -= old;
         }

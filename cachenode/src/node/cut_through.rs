@@ -89,6 +89,74 @@ impl Node {
         Ok(Box::pin(growing.stream()))
     }
 
+    /// A small read deep inside a block the tiers lack: the bytes before it would
+    /// have to arrive first, so just `start..end` is asked of the origin beside
+    /// the block's own fetch (which goes on, fills the tiers, and answers the
+    /// next reader); the answer comes at the origin's first byte. `None` when the
+    /// ordinary path answers as soon: a tier holds the block, the fetch in flight
+    /// already has the bytes, this node forwards its misses, or the side request
+    /// failed (then the block's stream serves it).
+    pub(super) async fn side_read(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        (index, bs): (u64, u64),
+        (start, end): (u64, u64),
+        via: Via,
+    ) -> Result<Option<BlockStream>, NodeError> {
+        if self.upstream.is_some() || !self.policy(bucket, key).cache {
+            return Ok(None);
+        }
+        let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
+        let off = bk.start();
+        if let Some((b, served)) = self.tiers.lookup(&bk).await {
+            self.count(served, b.len());
+            let hi = ((end - off) as usize).min(b.len());
+            let part = b.slice(((start - off) as usize).min(hi)..hi);
+            return Ok(Some(Box::pin(stream::once(async { Ok(part) }))));
+        }
+        let arrived = self.growing.lock().unwrap().get(&bk).map(|g| g.len());
+        if arrived.is_some_and(|n| off + n >= end) {
+            return Ok(None);
+        }
+        let mut req = GetObject::new(bucket, key).if_match(&meta.etag);
+        req.range = Some(ByteRange::span(start, end));
+        let side = async {
+            self.metrics
+                .origin_requests
+                .get_or_create(&KindLabel { kind: "range" })
+                .inc();
+            self.origin.get_range(&req).await
+        };
+        // The block's fetch starts (or is joined) either way; its stream is not
+        // needed when the side request answers.
+        let (block, side) =
+            tokio::join!(self.block_stream(bucket, key, meta, index, bs, via), side);
+        drop(block?);
+        match side {
+            Ok(resp) if resp.meta.etag == meta.etag && resp.start == start && resp.end == end => {
+                let me = self.clone();
+                Ok(Some(Box::pin(resp.body.map(move |c| {
+                    let c = c.map_err(NodeError::from)?;
+                    me.metrics.origin_bytes.inc_by(c.len() as u64);
+                    Ok(c)
+                }))))
+            }
+            Ok(_) => Ok(None),
+            Err(e) => {
+                tracing::debug!(
+                    bucket,
+                    key,
+                    start,
+                    end,
+                    "side read failed, the block serves it: {e}"
+                );
+                Ok(None)
+            }
+        }
+    }
+
     /// The origin's bytes of block `bk` into `g` as they come, resuming a cut body
     /// from where it stopped; the whole block when done.
     async fn fetch_streaming(
