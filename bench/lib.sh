@@ -97,6 +97,13 @@ dd_rate() {
     printf "%.1f", v }'
 }
 
+# median N...: the middle one of the numbers given.
+median() { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
+
+# warm_rate FILE: the median MB/s of three reads of FILE, each after dropping the
+# page cache (one read on this shared machine can be off by half).
+warm_rate() { local a=() _i; for _i in 1 2 3; do drop_cache; a+=("$(dd_rate "$1")"); done; median "${a[@]}"; }
+
 # secs CMD...: wall seconds a command takes.
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'; }
 
