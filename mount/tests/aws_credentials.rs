@@ -292,24 +292,8 @@ async fn no_credentials_anywhere_fails_fast_naming_what_was_tried() {
             ),
         ],
     );
-    let cfg = dir.path().join("mount.toml");
-    std::fs::write(&cfg, keyless_origin(&o, "")).unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
     let t0 = Instant::now();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(MOUNT)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--foreground")
-            .arg(BUCKET)
-            .arg(&mnt)
-            .envs(env)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = failed_start(&o, dir.path(), env).await;
     let took = t0.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
@@ -342,12 +326,30 @@ async fn sts_refusing_the_web_identity_fails_the_start_saying_so() {
             ("AWS_ENDPOINT_URL_STS", mock.url()),
         ],
     );
-    let cfg = dir.path().join("mount.toml");
-    std::fs::write(&cfg, keyless_origin(&o, "")).unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
     let t0 = Instant::now();
-    let out = tokio::task::spawn_blocking(move || {
+    let out = failed_start(&o, dir.path(), env).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("web identity token failed") && err.contains("InvalidIdentityToken"),
+        "the error says STS refused the web identity: {err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    assert!(mock.hits("sts-web-identity") >= 1);
+}
+
+/// `shoal-mount` started in the foreground with a keyless config under `dir` and
+/// the environment `env`, run to its end: what it printed and how it exited.
+async fn failed_start(
+    o: &Origin,
+    dir: &std::path::Path,
+    env: Vec<(String, String)>,
+) -> std::process::Output {
+    let cfg = dir.join("mount.toml");
+    std::fs::write(&cfg, keyless_origin(o, "")).unwrap();
+    let mnt = dir.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    tokio::task::spawn_blocking(move || {
         std::process::Command::new(MOUNT)
             .arg("--config")
             .arg(&cfg)
@@ -359,13 +361,5 @@ async fn sts_refusing_the_web_identity_fails_the_start_saying_so() {
             .unwrap()
     })
     .await
-    .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert!(
-        err.contains("web identity token failed") && err.contains("InvalidIdentityToken"),
-        "the error says STS refused the web identity: {err}"
-    );
-    assert!(t0.elapsed() < Duration::from_secs(20));
-    assert!(mock.hits("sts-web-identity") >= 1);
+    .unwrap()
 }

@@ -23,8 +23,41 @@ fn toml(o: &Origin, nodes: &[&NodeProcess], cache: &Path) -> String {
     )
 }
 
-fn mounted(toml: &str, metrics: &str) -> Mount {
-    Mount::start(toml, BUCKET, &["--metrics-addr", metrics])
+/// An origin, one node, and the directory for the mount's tier.
+struct Rig {
+    o: Origin,
+    node: NodeProcess,
+    cache: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig() -> Rig {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, dir.path(), "n");
+    let cache = dir.path().join("cache");
+    Rig {
+        o,
+        node,
+        cache,
+        _dir: dir,
+    }
+}
+
+impl Rig {
+    fn toml(&self) -> String {
+        toml(&self.o, &[&self.node], &self.cache)
+    }
+}
+
+/// A mount of `toml` with a metrics endpoint of its own; its address.
+async fn mounted(toml: &str) -> (Mount, String) {
+    let metrics = free_addr();
+    let (t, a) = (toml.to_owned(), metrics.clone());
+    let m = tokio::task::spawn_blocking(move || Mount::start(&t, BUCKET, &["--metrics-addr", &a]))
+        .await
+        .unwrap();
+    (m, metrics)
 }
 
 async fn passthrough_opens(metrics: &str) -> f64 {
@@ -62,20 +95,12 @@ fn data_files(cache: &Path) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_held_whole_is_passed_through_and_survives_a_remount_and_sigkill() {
-    let o = origin().await;
-    let dir = tempfile::tempdir().unwrap();
-    let node = start_node(&o, dir.path(), "n");
-    let cache = dir.path().join("cache");
+    let r = rig().await;
+    let o = &r.o;
     let body = data(5 * MIB + 123, 1);
     o.put(BUCKET, "big", body.clone());
-    let t = toml(&o, &[&node], &cache);
-    let metrics = free_addr();
-    let m = {
-        let (t, a) = (t.clone(), metrics.clone());
-        tokio::task::spawn_blocking(move || mounted(&t, &a))
-            .await
-            .unwrap()
-    };
+    let t = r.toml();
+    let (m, metrics) = mounted(&t).await;
     // Cold: through the daemon, filling the disk tier.
     assert!(read(&m, "big").await == body);
     assert_eq!(passthrough_opens(&metrics).await, 0.0);
@@ -95,13 +120,7 @@ async fn a_file_held_whole_is_passed_through_and_survives_a_remount_and_sigkill(
         .arg(&m.mnt)
         .status();
     drop(m);
-    let metrics = free_addr();
-    let m = {
-        let (t, a) = (t.clone(), metrics.clone());
-        tokio::task::spawn_blocking(move || mounted(&t, &a))
-            .await
-            .unwrap()
-    };
+    let (m, metrics) = mounted(&t).await;
     assert!(read(&m, "big").await == body, "byte-exact after the kill");
     assert_eq!(
         passthrough_opens(&metrics).await,
@@ -118,20 +137,12 @@ async fn a_file_held_whole_is_passed_through_and_survives_a_remount_and_sigkill(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_block_is_refetched_and_never_handed_to_the_kernel() {
-    let o = origin().await;
-    let dir = tempfile::tempdir().unwrap();
-    let node = start_node(&o, dir.path(), "n");
-    let cache = dir.path().join("cache");
+    let r = rig().await;
+    let (o, cache) = (&r.o, &r.cache);
     let body = data(3 * MIB, 2);
     o.put(BUCKET, "c", body.clone());
-    let t = toml(&o, &[&node], &cache);
-    let metrics = free_addr();
-    let m = {
-        let (t, a) = (t.clone(), metrics.clone());
-        tokio::task::spawn_blocking(move || mounted(&t, &a))
-            .await
-            .unwrap()
-    };
+    let t = r.toml();
+    let (m, metrics) = mounted(&t).await;
     assert!(read(&m, "c").await == body);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(read(&m, "c").await == body);
@@ -139,7 +150,7 @@ async fn a_corrupted_block_is_refetched_and_never_handed_to_the_kernel() {
     stop(m).await;
     // Flip bytes in the middle block of the tier's file, mount again (an empty
     // RAM tier: what the mount has is on disk).
-    let files = data_files(&cache);
+    let files = data_files(cache);
     assert_eq!(files.len(), 1);
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -147,13 +158,7 @@ async fn a_corrupted_block_is_refetched_and_never_handed_to_the_kernel() {
         .unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, b"corrupted!", (MIB + 4096) as u64).unwrap();
     drop(f);
-    let metrics = free_addr();
-    let m = {
-        let (t, a) = (t.clone(), metrics.clone());
-        tokio::task::spawn_blocking(move || mounted(&t, &a))
-            .await
-            .unwrap()
-    };
+    let (m, metrics) = mounted(&t).await;
     // Not passed through (the file changed and fails its check): read through
     // the daemon, the bad block dropped and fetched again, the others from disk.
     assert!(
@@ -176,21 +181,13 @@ async fn a_corrupted_block_is_refetched_and_never_handed_to_the_kernel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewritten_object_is_a_new_file_and_an_open_handle_never_mixes_versions() {
-    let o = origin().await;
-    let dir = tempfile::tempdir().unwrap();
-    let node = start_node(&o, dir.path(), "n");
-    let cache = dir.path().join("cache");
+    let r = rig().await;
+    let (o, cache) = (&r.o, &r.cache);
     let old = data(2 * MIB, 3);
     let new = data(2 * MIB, 4);
     o.put(BUCKET, "v", old.clone());
-    let t = toml(&o, &[&node], &cache);
-    let metrics = free_addr();
-    let m = {
-        let (t, a) = (t.clone(), metrics.clone());
-        tokio::task::spawn_blocking(move || mounted(&t, &a))
-            .await
-            .unwrap()
-    };
+    let t = r.toml();
+    let (m, metrics) = mounted(&t).await;
     assert!(read(&m, "v").await == old);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Open the whole old version (passed through) and keep it open.
@@ -216,6 +213,6 @@ async fn a_rewritten_object_is_a_new_file_and_an_open_handle_never_mixes_version
     if let Ok(got) = got {
         assert!(got == old, "the old handle read its version");
     }
-    assert_eq!(data_files(&cache).len(), 2, "each version has its own file");
+    assert_eq!(data_files(cache).len(), 2, "each version has its own file");
     stop(m).await;
 }
