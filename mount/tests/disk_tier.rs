@@ -67,6 +67,17 @@ async fn passthrough_opens(metrics: &str) -> f64 {
     )
 }
 
+/// Waits until the mount's disk tier holds `bytes` bytes: its writes are done
+/// after the read that asked for them has been answered.
+async fn tier_holds(metrics: &str, bytes: usize) {
+    wait_for(
+        "the disk tier holds the file",
+        Duration::from_secs(10),
+        || async { metric(&scrape(metrics).await, "shoal_client_disk_bytes") >= bytes as f64 },
+    )
+    .await;
+}
+
 /// Reads `rel` in the mount on a blocking thread.
 async fn read(m: &Mount, rel: &str) -> Vec<u8> {
     let p = m.path(rel);
@@ -105,7 +116,7 @@ async fn a_file_held_whole_is_passed_through_and_survives_a_remount_and_sigkill(
     assert!(read(&m, "big").await == body);
     assert_eq!(passthrough_opens(&metrics).await, 0.0);
     // Whole now: the next open is passed through, and reads the same bytes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tier_holds(&metrics, body.len()).await;
     assert!(read(&m, "big").await == body);
     assert_eq!(passthrough_opens(&metrics).await, 1.0, "passed through");
     let gets = o.stats.snapshot().gets_of(BUCKET, "big");
@@ -144,7 +155,7 @@ async fn a_corrupted_block_is_refetched_and_never_handed_to_the_kernel() {
     let t = r.toml();
     let (m, metrics) = mounted(&t).await;
     assert!(read(&m, "c").await == body);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tier_holds(&metrics, body.len()).await;
     assert!(read(&m, "c").await == body);
     assert_eq!(passthrough_opens(&metrics).await, 1.0);
     stop(m).await;
@@ -173,7 +184,7 @@ async fn a_corrupted_block_is_refetched_and_never_handed_to_the_kernel() {
         "only the bad block came from a node again"
     );
     // Whole and good again: passed through.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tier_holds(&metrics, body.len()).await;
     assert!(read(&m, "c").await == body);
     assert_eq!(passthrough_opens(&metrics).await, 1.0);
     stop(m).await;
@@ -189,7 +200,7 @@ async fn a_rewritten_object_is_a_new_file_and_an_open_handle_never_mixes_version
     let t = r.toml();
     let (m, metrics) = mounted(&t).await;
     assert!(read(&m, "v").await == old);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tier_holds(&metrics, old.len()).await;
     // Open the whole old version (passed through) and keep it open.
     let p = m.path("v");
     let mut held = tokio::task::spawn_blocking(move || std::fs::File::open(p).unwrap())
@@ -197,11 +208,13 @@ async fn a_rewritten_object_is_a_new_file_and_an_open_handle_never_mixes_version
         .unwrap();
     assert_eq!(passthrough_opens(&metrics).await, 1.0);
     o.put(BUCKET, "v", new.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        read(&m, "v").await == new,
-        "a new open reads the new version"
-    );
+    // Once the metadata ttl (200 ms) has passed, a new open reads the new version.
+    wait_for(
+        "a new open reads the new version",
+        Duration::from_secs(10),
+        || async { read(&m, "v").await == new },
+    )
+    .await;
     // The old handle reads its own version whole, or fails: never a mix.
     let got = tokio::task::spawn_blocking(move || {
         use std::io::Read;

@@ -80,6 +80,20 @@ impl Stamp {
 }
 
 impl Version {
+    /// A version of `key`'s object with no blocks yet.
+    fn of(key: &BlockKey) -> Version {
+        Version {
+            bucket: key.bucket.clone(),
+            key: key.key.clone(),
+            etag: key.etag.clone(),
+            block_size: key.block_size,
+            blocks: HashMap::new(),
+            bytes: 0,
+            size: None,
+            stamp: None,
+        }
+    }
+
     /// Every block of a `size`-byte object is here, at its length.
     fn complete(&self, size: u64) -> bool {
         let n = size.div_ceil(self.block_size);
@@ -463,6 +477,7 @@ impl FileTier {
         v_new: Option<Version>,
         key: &BlockKey,
         data: &[u8],
+        sum: u64,
     ) -> io::Result<()> {
         let p = self.path_of(id);
         if let Some(v) = &v_new {
@@ -476,10 +491,7 @@ impl FileTier {
             .truncate(false)
             .open(p.with_extension("data"))?;
         data_file.write_all_at(data, key.index * key.block_size)?;
-        self.append(
-            id,
-            record(key.index, [data.len() as u64, xxh3_64(data), 0, 0]),
-        )
+        self.append(id, record(key.index, [data.len() as u64, sum, 0, 0]))
     }
 }
 
@@ -533,17 +545,9 @@ impl BlockCache for FileTier {
             self.evict(&mut s, len);
             !s.versions.contains(&id)
         };
-        let v_new = fresh.then(|| Version {
-            bucket: key.bucket.clone(),
-            key: key.key.clone(),
-            etag: key.etag.clone(),
-            block_size: key.block_size,
-            blocks: HashMap::new(),
-            bytes: 0,
-            size: None,
-            stamp: None,
-        });
-        if let Err(e) = self.write_block(id, v_new, &key, &data) {
+        let v_new = fresh.then(|| Version::of(&key));
+        let sum = xxh3_64(&data);
+        if let Err(e) = self.write_block(id, v_new, &key, &data, sum) {
             self.write_failures.fetch_add(1, Relaxed);
             self.failed("cannot write a block, serving without it", &e);
             return;
@@ -552,26 +556,11 @@ impl BlockCache for FileTier {
         let v = match s.versions.get_mut(&id) {
             Some(v) => v,
             None => {
-                s.versions.put(
-                    id,
-                    Version {
-                        bucket: key.bucket.clone(),
-                        key: key.key.clone(),
-                        etag: key.etag.clone(),
-                        block_size: key.block_size,
-                        blocks: HashMap::new(),
-                        bytes: 0,
-                        size: None,
-                        stamp: None,
-                    },
-                );
+                s.versions.put(id, Version::of(&key));
                 s.versions.get_mut(&id).expect("just put")
             }
         };
-        let old = v
-            .blocks
-            .insert(key.index, (len, xxh3_64(&data)))
-            .map_or(0, |b| b.0);
+        let old = v.blocks.insert(key.index, (len, sum)).map_or(0, |b| b.0);
         v.bytes = v.bytes + len - old;
         v.stamp = None;
         s.bytes = s.bytes + len - old;

@@ -88,6 +88,9 @@ pub struct ClusterMetrics {
     /// Bytes in the client RAM tier, and its bound.
     pub ram_bytes: Gauge,
     pub ram_capacity_bytes: Gauge,
+    /// Bytes in the client disk tier (a mount's `disk_cache`), and its bound.
+    pub disk_bytes: Gauge,
+    pub disk_capacity_bytes: Gauge,
     /// Spills (owner at its load limit), nodes marked down and breaker trips, as
     /// the router counted them (brought up to date before each scrape).
     pub spills: Counter,
@@ -116,6 +119,8 @@ impl Default for ClusterMetrics {
             prefetched: Default::default(),
             ram_bytes: Default::default(),
             ram_capacity_bytes: Default::default(),
+            disk_bytes: Default::default(),
+            disk_capacity_bytes: Default::default(),
             spills: Default::default(),
             marked_down: Default::default(),
             breaker_trips: Default::default(),
@@ -158,6 +163,8 @@ impl ClusterMetrics {
             "prefetched" => self.prefetched, "Blocks fetched ahead of reads";
             "ram_bytes" => self.ram_bytes, "Bytes in the client RAM tier";
             "ram_capacity_bytes" => self.ram_capacity_bytes, "Bound of the client RAM tier";
+            "disk_bytes" => self.disk_bytes, "Bytes in the client disk tier";
+            "disk_capacity_bytes" => self.disk_capacity_bytes, "Bound of the client disk tier";
             "spills" => self.spills, "Blocks sent past an owner at its load limit";
             "marked_down" => self.marked_down, "Times a node was marked down";
             "breaker_trips" => self.breaker_trips, "Times a node's breaker opened after consecutive failures";

@@ -160,6 +160,11 @@ impl ClusterReader {
         let s = self.tiers.ram_stats();
         self.metrics.ram_bytes.set(s.used_bytes as i64);
         self.metrics.ram_capacity_bytes.set(s.capacity_bytes as i64);
+        let d = self.tiers.disk_stats();
+        self.metrics.disk_bytes.set(d.used_bytes as i64);
+        self.metrics
+            .disk_capacity_bytes
+            .set(d.capacity_bytes as i64);
         self.metrics.catch_up_router(&self.router.counters);
         let nodes = self.router.nodes();
         self.metrics.nodes.set(nodes.len() as i64);
