@@ -322,6 +322,13 @@ const STORED: &[(&str, &str)] = &[
 fn cases(etag: &str) -> Vec<(String, Req)> {
     let mut v: Vec<(String, Req)> = Vec::new();
     let mut add = |what: &str, r: Req| v.push((what.to_owned(), r));
+    // First, while its block is cold: a small read deep inside a block, which a
+    // node asks of the origin on its own beside the block's fetch.
+    let deep = format!("bytes={}-{}", MIB + 600_000, MIB + 604_095);
+    add(
+        "GET big deep in a cold block",
+        req(Method::GET, "big.bin").h("range", &deep).s3(206),
+    );
     for (key, _) in objects() {
         add(&format!("GET {key:?}"), req(Method::GET, &key));
         add(&format!("HEAD {key:?}"), req(Method::HEAD, &key));

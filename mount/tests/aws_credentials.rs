@@ -183,19 +183,7 @@ async fn credential_process_in_the_default_profile() {
     let o = origin().await;
     let mock = AwsMock::start(&o, Duration::from_secs(3600)).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config");
-    std::fs::write(
-        &config,
-        format!(
-            "[default]\ncredential_process = curl -sf {}/process\n",
-            mock.url()
-        ),
-    )
-    .unwrap();
-    let env = with(
-        isolated(dir.path()),
-        &[("AWS_CONFIG_FILE", config.display().to_string())],
-    );
+    let env = process_profile(dir.path(), &mock);
     mount_and_node_read(&o, dir.path(), env, "", "process/obj").await;
     assert!(mock.hits("process") >= 2);
 }
@@ -207,19 +195,7 @@ async fn reads_go_on_across_credential_expiry_and_an_early_revocation() {
     let lifetime = Duration::from_secs(4);
     let mock = AwsMock::start(&o, lifetime).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config");
-    std::fs::write(
-        &config,
-        format!(
-            "[default]\ncredential_process = curl -sf {}/process\n",
-            mock.url()
-        ),
-    )
-    .unwrap();
-    let env = with(
-        isolated(dir.path()),
-        &[("AWS_CONFIG_FILE", config.display().to_string())],
-    );
+    let env = process_profile(dir.path(), &mock);
     // Enough small objects that every read is a first read (the mount's RAM
     // tier and the page cache would answer a second one without the origin).
     let files = 30_000;
@@ -336,6 +312,21 @@ async fn sts_refusing_the_web_identity_fails_the_start_saying_so() {
     );
     assert!(t0.elapsed() < Duration::from_secs(20));
     assert!(mock.hits("sts-web-identity") >= 1);
+}
+
+/// An environment whose default profile (in a config file under `dir`) gets its
+/// credentials from `mock`'s `credential_process` endpoint.
+fn process_profile(dir: &Path, mock: &AwsMock) -> Vec<(String, String)> {
+    let config = dir.join("config");
+    let profile = format!(
+        "[default]\ncredential_process = curl -sf {}/process\n",
+        mock.url()
+    );
+    std::fs::write(&config, profile).unwrap();
+    with(
+        isolated(dir),
+        &[("AWS_CONFIG_FILE", config.display().to_string())],
+    )
 }
 
 /// `shoal-mount` started in the foreground with a keyless config under `dir` and
