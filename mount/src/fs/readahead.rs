@@ -4,7 +4,8 @@
 //! to the path: each time a sequential reader has read a whole window's worth at
 //! the current limit, the limit doubles (up to the reader's in-flight budget) if
 //! throughput rose by more than a sixth since the last step, and stays where it
-//! is once it did not. A cold read so fills the origin's bandwidth-delay product;
+//! is once it did not, twice in a row (one step's measure on a busy host can be
+//! off by half). A cold read so fills the origin's bandwidth-delay product;
 //! small and random reads stay small. A random read starts the window over but
 //! keeps the limit: that belongs to the path, not to the reader.
 
@@ -12,6 +13,8 @@ use std::time::Instant;
 
 /// Throughput must rise by this factor for the limit to double again.
 const GAIN: f64 = 1.17;
+/// Steps in a row without that gain after which the limit stays.
+const FLAT_STEPS: u8 = 2;
 
 /// Per-handle sequential detection.
 #[derive(Default, Debug)]
@@ -28,8 +31,9 @@ pub(super) struct Readahead {
     epoch: Option<(Instant, u64)>,
     /// Throughput (bytes/s) at the last step, to beat at the next.
     rate: f64,
-    /// Throughput stopped rising: the limit stays.
-    settled: bool,
+    /// Steps in a row in which throughput did not rise; at [`FLAT_STEPS`] the
+    /// limit stays.
+    flat: u8,
 }
 
 impl Readahead {
@@ -81,10 +85,14 @@ impl Readahead {
         }
         let secs = now.duration_since(*since).as_secs_f64().max(1e-6);
         let rate = *bytes as f64 / secs;
-        if !self.settled && self.limit < max && rate > self.rate * GAIN {
-            self.limit = (self.limit * 2).min(max);
-        } else if rate <= self.rate * GAIN {
-            self.settled = true;
+        if self.flat < FLAT_STEPS {
+            if rate > self.rate * GAIN {
+                self.flat = 0;
+                self.limit = (self.limit * 2).min(max);
+            } else {
+                // Measured again at the same limit before it stays.
+                self.flat += 1;
+            }
         }
         self.rate = self.rate.max(rate);
         self.epoch = Some((now, 0));
@@ -180,5 +188,29 @@ mod tests {
         assert!(!ra.sequential());
         assert_eq!(ra.limit(), learned);
         assert_eq!(ra.advance(4096, 8192, 1 << 20, 8, 64, t), Some((1, 1)));
+    }
+
+    #[test]
+    fn one_slow_step_does_not_end_the_growth() {
+        // The path of the test above, but the step measured at 16 blocks comes
+        // out slow once (a busy host): the limit still reaches the plateau.
+        let (mut ra, mut at, mut t) = (Readahead::default(), 0u64, Instant::now());
+        let mb = 1u64 << 20;
+        let mut slow_until = None;
+        for _ in 0..400 {
+            let limit = ra.limit().max(1);
+            let mut rate = 30e6 * limit.min(32) as f64;
+            if limit == 16 {
+                // The first 16 MiB read at this limit: one step's measure.
+                let until = *slow_until.get_or_insert(at + 16 * mb);
+                if at < until {
+                    rate /= 3.0;
+                }
+            }
+            t += Duration::from_secs_f64(mb as f64 / rate);
+            ra.advance(at, at + mb, mb, 8, 64, t);
+            at += mb;
+        }
+        assert!(ra.limit() >= 32, "grew past the slow step: {}", ra.limit());
     }
 }
