@@ -96,6 +96,18 @@ async fn fifty_kills_while_filling_the_disk_tier() {
     let text = scrape(addr).await;
     let checksum_failures = metric(&text, "shoal_node_checksum_failures_total");
     let on_disk = metric(&text, "shoal_node_disk_blocks_at_start");
+    // The final reads' blocks reach the disk after their answers: let those
+    // writes end, so only what the kills left is judged.
+    wait_for(
+        "the last block writes end",
+        Duration::from_secs(10),
+        || async {
+            walkdir(&dir.path().join("data"))
+                .iter()
+                .all(|p| !p.ends_with(".tmp"))
+        },
+    )
+    .await;
     drop(node);
     // No temporary files survive a start.
     let leftovers = walkdir(&dir.path().join("data"))

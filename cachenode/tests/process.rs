@@ -57,6 +57,12 @@ async fn a_killed_node_restarts_warm_and_never_serves_a_corrupt_block() {
     }
     let gets = origin.stats.snapshot().gets_of(BUCKET, "warm");
     assert_eq!(gets, 11, "blocks 0-4 and 6-11");
+    // A block is written to disk as its last bytes go out: wait for all 11.
+    wait_for("11 blocks on disk", Duration::from_secs(10), || async {
+        let disk = metric(&scrape(addr).await, "shoal_node_cache_bytes{tier=\"disk\"}");
+        disk >= (11 * MIB) as f64
+    })
+    .await;
     child.kill().unwrap();
     child.wait().unwrap();
 

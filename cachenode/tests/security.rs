@@ -82,18 +82,31 @@ async fn no_key_writes_outside_the_data_dir() {
             .get_bytes(&GetObject::new(BUCKET, k).range(ByteRange::span(0, 10)))
             .await;
     }
-    let mut files = Vec::new();
-    let mut stack = vec![dir.path().to_path_buf()];
-    while let Some(p) = stack.pop() {
-        for e in std::fs::read_dir(&p).unwrap().flatten() {
-            if e.path().is_dir() {
-                stack.push(e.path());
-            } else {
-                files.push(e.path());
+    let all_files = || {
+        let mut files = Vec::new();
+        let mut stack = vec![dir.path().to_path_buf()];
+        while let Some(p) = stack.pop() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    files.push(e.path());
+                }
             }
         }
-    }
-    assert!(!files.is_empty());
+        files
+    };
+    // Blocks reach the disk after their answer has gone: wait for the writes.
+    wait_for("the block writes end", Duration::from_secs(10), || async {
+        let files = all_files();
+        let tmp = |f: &std::path::PathBuf| {
+            f.extension()
+                .is_some_and(|e| e.to_string_lossy().ends_with("tmp"))
+        };
+        !files.is_empty() && !files.iter().any(tmp)
+    })
+    .await;
+    let files = all_files();
     for f in &files {
         assert!(
             f.starts_with(data_dir.join("blocks")),
