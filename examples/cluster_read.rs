@@ -11,7 +11,6 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use shoal::cluster::{ClusterReader, ReaderOptions};
 use shoal::config::Config;
-use shoal::store::s3::S3Client;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("the object is s3://BUCKET/KEY")?;
 
     let cfg = Config::load(config.as_ref())?;
-    let origin = S3Client::from_origin(cfg.origin()?)?;
+    let origin = (cfg.origin()?).client()?;
     let reader = ClusterReader::new(
         origin,
         cfg.cluster(),

@@ -5,7 +5,6 @@
 use std::io::Write;
 
 use shoal::config::Config;
-use shoal::store::s3::S3Client;
 use shoal::store::{ByteRange, GetObject};
 
 fn split(url: &str) -> Result<(String, String), String> {
@@ -23,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: s3_get CONFIG (ls|cat) s3://BUCKET/KEY [FIRST-LAST]".into());
     };
     let config = Config::load(config.as_ref())?;
-    let client = S3Client::from_origin(config.origin()?)?;
+    let client = (config.origin()?).client()?;
     let (bucket, key) = split(url)?;
     match cmd.as_str() {
         "ls" => {

@@ -33,7 +33,22 @@ pub mod exposition;
 pub mod fd_limit;
 pub mod heap;
 pub mod log_limit;
+pub mod net;
 pub mod node_proto;
 pub mod notify;
 pub mod route;
 pub mod store;
+
+/// Completes the region chain at a program's start where only the instance
+/// metadata can (AWS's own endpoint, no region named): a second at most when there
+/// is no metadata service. The network I/O is [`aws::region`]'s; the decision and
+/// the change are the config's.
+pub async fn settle_region(cfg: &mut config::Config) {
+    let Some(network) = cfg.region_from_instance().cloned() else {
+        return;
+    };
+    let deadline = std::time::Duration::from_secs(1);
+    if let Some(r) = aws::region::from_instance_metadata(&network, deadline).await {
+        cfg.set_instance_region(r);
+    }
+}

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use common::*;
 use futures_util::StreamExt;
 use shoal::cluster::{ClusterReader, ReadError, ReaderOptions};
-use shoal::store::s3::S3Client;
 use shoal::store::StoreError;
 
 const MIB: u64 = 1 << 20;
@@ -49,7 +48,7 @@ fn reader(c: &Cluster, ram: u64, extra: &str) -> Arc<ClusterReader> {
         )
     );
     let cfg = parse(&toml);
-    let origin = S3Client::from_origin(cfg.origin().unwrap()).unwrap();
+    let origin = (cfg.origin().unwrap()).client().unwrap();
     ClusterReader::new(
         origin,
         cfg.cluster(),

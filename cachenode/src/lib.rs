@@ -21,7 +21,6 @@ mod tls;
 use std::sync::Arc;
 
 use shoal::config::{AuthConfig, Config};
-use shoal::store::s3::S3Client;
 
 pub use server::{serve, App};
 
@@ -37,7 +36,7 @@ pub fn build(
     let origin_cfg = cfg.origin().map_err(|e| e.to_string())?;
     let node_cfg = cfg.node().map_err(|e| e.to_string())?;
     let auth = cfg.auth().map_err(|e| e.to_string())?;
-    let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
+    let origin = origin_cfg.client().map_err(|e| e.to_string())?;
     let disk = match (cfg.cache.data_dir.clone(), cfg.cache.disk_size) {
         (Some(dir), n) if n > 0 => Some((dir, n)),
         (Some(_), 0) => {

@@ -72,7 +72,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(mut cfg: Config) -> Result<(), String> {
-    cfg.settle_region().await;
+    shoal::settle_region(&mut cfg).await;
     let node_cfg = cfg.node().map_err(|e| e.to_string())?.clone();
     // A socket per connection, plus block files and origin connections.
     match shoal::fd_limit::raise() {
@@ -87,7 +87,8 @@ async fn run(mut cfg: Config) -> Result<(), String> {
     // No credentials is a reason not to start, said now rather than at the first
     // miss (the providers share one cache, so this is the node's fetch).
     let origin = cfg.origin().map_err(|e| e.to_string())?;
-    shoal::store::s3::S3Client::from_origin(origin)
+    origin
+        .client()
         .map_err(|e| e.to_string())?
         .check_credentials()
         .await

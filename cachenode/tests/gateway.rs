@@ -631,7 +631,7 @@ async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_
         node_toml(&origin, "", "")
     ));
     let reader = shoal::cluster::ClusterReader::new(
-        shoal::store::s3::S3Client::from_origin(cfg.origin().unwrap()).unwrap(),
+        (cfg.origin().unwrap()).client().unwrap(),
         cfg.cluster(),
         shoal::cluster::ReaderOptions {
             ram_bytes: 0,

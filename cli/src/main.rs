@@ -96,7 +96,7 @@ fn main() -> ExitCode {
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = rt.block_on(async {
         let mut cfg = load(&cli.config)?;
-        cfg.settle_region().await;
+        shoal::settle_region(&mut cfg).await;
         match cli.command {
             Command::Warm(a) => warm::run(&cfg, a).await,
             Command::Status(a) => status::run(&cfg, a).await,

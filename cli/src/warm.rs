@@ -79,7 +79,8 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
     let cluster = cfg
         .cluster()
         .ok_or("the config has no [cluster] section: nothing to warm")?;
-    let origin = S3Client::from_origin(cfg.origin().map_err(|e| e.to_string())?)
+    let origin = (cfg.origin().map_err(|e| e.to_string())?)
+        .client()
         .map_err(|e| e.to_string())?;
     let (total_objects, total_bytes) = count(&origin, &bucket, &prefix).await?;
     if a.dry_run {

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use shoal::cluster::{ClusterReader, ReaderOptions};
-use shoal::store::s3::S3Client;
 use shoal_testkit::*;
 
 const MIB: usize = 1 << 20;
@@ -102,7 +101,7 @@ async fn warm_makes_the_cluster_hot() {
     o.stats.reset();
     let c = parse(&shoal_toml(&o, &_nodes));
     let reader = ClusterReader::new(
-        S3Client::from_origin(c.origin().unwrap()).unwrap(),
+        (c.origin().unwrap()).client().unwrap(),
         c.cluster(),
         ReaderOptions::default(),
     );

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use shoal::cluster::{ClusterReader, ReaderOptions};
 use shoal::config::Config;
-use shoal::store::s3::S3Client;
 use shoal::store::StoreError;
 
 /// Everything a mount needs, after the config file and flags are merged.
@@ -122,9 +121,9 @@ pub fn run(mut spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
         .thread_name("shoal-mount")
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
-    rt.block_on(spec.config.settle_region());
+    rt.block_on(shoal::settle_region(&mut spec.config));
     let origin_cfg = spec.config.origin().map_err(|e| e.to_string())?;
-    let origin = S3Client::from_origin(origin_cfg).map_err(|e| e.to_string())?;
+    let origin = origin_cfg.client().map_err(|e| e.to_string())?;
     let cluster = spec.config.reader_cluster();
     let disk = match &spec.config.mount.disk_cache {
         Some((dir, bytes)) => {

@@ -22,8 +22,45 @@ use std::time::{Duration, SystemTime};
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials as AwsCredentials;
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
-use crate::config::Credentials;
+use crate::net::Network;
+
+use std::fmt;
+
+/// A resolved S3 key pair. `Debug` never prints the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// How requests are signed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialMode {
+    Keys(Credentials),
+    /// Unsigned requests, only when asked for with `anonymous = true`.
+    Anonymous,
+    /// The AWS SDK's default chain, or only `profile` of the shared files:
+    /// fetched at start and refreshed before they expire.
+    Chain {
+        profile: Option<String>,
+    },
+}
 
 /// Refresh this long before expiry at most (the SDK's own margin)...
 const REFRESH_MARGIN: Duration = Duration::from_secs(300);
@@ -52,8 +89,8 @@ pub fn stats() -> CredentialStats {
     }
 }
 
-/// Sources by (profile, region).
-type Shared = HashMap<(Option<String>, String), Arc<CredentialSource>>;
+/// Sources by (profile, region, network).
+type Shared = HashMap<(Option<String>, String, Network), Arc<CredentialSource>>;
 
 struct Held {
     creds: AwsCredentials,
@@ -104,20 +141,34 @@ impl CredentialSource {
 
     /// The SDK chain (or only `profile`), shared by everyone in this process who
     /// asks for the same profile and region. `deadline` bounds each fetch.
-    pub fn chain(profile: Option<&str>, region: &str, deadline: Duration) -> Arc<CredentialSource> {
+    pub fn chain(
+        profile: Option<&str>,
+        region: &str,
+        network: &Network,
+        deadline: Duration,
+    ) -> Result<Arc<CredentialSource>, String> {
         static SHARED: OnceLock<Mutex<Shared>> = OnceLock::new();
-        let key = (profile.map(str::to_owned), region.to_owned());
+        let key = (
+            profile.map(str::to_owned),
+            region.to_owned(),
+            network.clone(),
+        );
         let mut all = SHARED.get_or_init(Default::default).lock().unwrap();
-        all.entry(key)
-            .or_insert_with(|| {
-                Arc::new(CredentialSource {
-                    kind: Kind::Chain(Chain::new(profile, region)),
-                    held: Mutex::new(None),
-                    fetching: tokio::sync::Mutex::new(()),
-                    deadline,
-                })
-            })
-            .clone()
+        if let Some(s) = all.get(&key) {
+            return Ok(s.clone());
+        }
+        let source = Arc::new(CredentialSource {
+            kind: Kind::Chain(Chain::new(
+                profile,
+                region,
+                super::http::provider_client(network, deadline)?,
+            )),
+            held: Mutex::new(None),
+            fetching: tokio::sync::Mutex::new(()),
+            deadline,
+        });
+        all.insert(key, source.clone());
+        Ok(source)
     }
 
     pub fn refreshes(&self) -> bool {
@@ -229,14 +280,16 @@ impl CredentialSource {
 struct Chain {
     profile: Option<String>,
     region: String,
+    http: SharedHttpClient,
     providers: tokio::sync::OnceCell<Vec<(&'static str, SharedCredentialsProvider)>>,
 }
 
 impl Chain {
-    fn new(profile: Option<&str>, region: &str) -> Chain {
+    fn new(profile: Option<&str>, region: &str, http: SharedHttpClient) -> Chain {
         Chain {
             profile: profile.map(str::to_owned),
             region: region.to_owned(),
+            http,
             providers: tokio::sync::OnceCell::new(),
         }
     }
@@ -253,6 +306,7 @@ impl Chain {
             .get_or_init(|| async {
                 use aws_config::provider_config::ProviderConfig;
                 let conf = ProviderConfig::default()
+                    .with_http_client(self.http.clone())
                     .with_region(Some(aws_config::Region::new(self.region.clone())));
                 let mut profile = aws_config::profile::ProfileFileCredentialsProvider::builder()
                     .configure(&conf);

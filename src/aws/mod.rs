@@ -3,4 +3,6 @@
 
 pub mod credentials;
 pub mod endpoint;
+pub mod env;
+pub mod http;
 pub mod region;

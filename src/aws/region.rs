@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use crate::config::Env;
+use super::env::{ini_value, Env};
+use crate::net::Network;
 
 /// Where a region came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,17 +54,26 @@ pub fn from_env(env: &dyn Env, profile: Option<&str>) -> Option<(String, RegionS
     } else {
         format!("profile {name}")
     };
-    let r = crate::config::ini_value(&text, &section, "region")?;
+    let r = ini_value(&text, &section, "region")?;
     Some((r, RegionSource::Profile(name)))
 }
 
 /// The instance's region from IMDSv2 (`AWS_EC2_METADATA_SERVICE_ENDPOINT` moves
 /// it), or `None` if there is no metadata service within `deadline`.
-pub async fn from_instance_metadata(deadline: Duration) -> Option<String> {
+pub async fn from_instance_metadata(network: &Network, deadline: Duration) -> Option<String> {
     if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
         return None;
     }
+    let http = match super::http::provider_client(network, deadline) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!("cannot ask the instance metadata for the region: {e}");
+            return None;
+        }
+    };
+    let conf = aws_config::provider_config::ProviderConfig::default().with_http_client(http);
     let client = aws_config::imds::Client::builder()
+        .configure(&conf)
         .connect_timeout(deadline)
         .read_timeout(deadline)
         .max_attempts(1)

@@ -2,61 +2,10 @@
 //! environment variable), anonymous access, or the AWS credential chain (optionally
 //! one profile of it), which [`crate::aws::credentials`] runs.
 
-use std::fmt;
+pub use crate::aws::credentials::{CredentialMode, Credentials};
+pub use crate::aws::env::{Env, ProcessEnv};
 
 use super::raw::RawCredentials;
-
-/// A resolved S3 key pair. `Debug` never prints the secret.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub session_token: Option<String>,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"<redacted>")
-            .field(
-                "session_token",
-                &self.session_token.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
-    }
-}
-
-/// How requests are signed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CredentialMode {
-    Keys(Credentials),
-    /// Unsigned requests, only when asked for with `anonymous = true`.
-    Anonymous,
-    /// The AWS SDK's default chain, or only `profile` of the shared files:
-    /// fetched at start and refreshed before they expire.
-    Chain {
-        profile: Option<String>,
-    },
-}
-
-/// Where environment variables and files are read from; tests substitute their own.
-pub trait Env {
-    fn var(&self, name: &str) -> Option<String>;
-    fn read_file(&self, path: &str) -> Option<String>;
-}
-
-/// The process environment and file system.
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    }
-    fn read_file(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(path).ok()
-    }
-}
 
 /// Resolves `raw`; errors are `(key suffix, message)`.
 ///
@@ -155,43 +104,6 @@ fn pick(
     }
 }
 
-/// The value of `key` in section `[section]` of an INI text such as the AWS
-/// shared config file.
-pub(crate) fn ini_value(text: &str, section: &str, key: &str) -> Option<String> {
-    ini_section(text, section)?
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-        .filter(|v| !v.is_empty())
-}
-
-/// The `key = value` pairs of `[name]` in an INI text such as the AWS credentials file.
-fn ini_section(text: &str, name: &str) -> Option<Vec<(String, String)>> {
-    let mut found = None;
-    let mut current: Option<String> = None;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        if let Some(h) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            current = Some(h.trim().to_owned());
-            if current.as_deref() == Some(name) {
-                found.get_or_insert_with(Vec::new);
-            }
-            continue;
-        }
-        if current.as_deref() == Some(name) {
-            if let Some((k, v)) = line.split_once('=') {
-                found
-                    .get_or_insert_with(Vec::new)
-                    .push((k.trim().to_owned(), v.trim().to_owned()));
-            }
-        }
-    }
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,20 +150,6 @@ mod tests {
             resolve(&RawCredentials::default(), &e, false).unwrap(),
             None
         );
-    }
-
-    #[test]
-    fn ini_values_by_section() {
-        let text = "[default]\nregion = us-west-2\n\n[profile other]\nregion=eu-west-1\n";
-        assert_eq!(
-            ini_value(text, "default", "region").as_deref(),
-            Some("us-west-2")
-        );
-        assert_eq!(
-            ini_value(text, "profile other", "region").as_deref(),
-            Some("eu-west-1")
-        );
-        assert_eq!(ini_value(text, "profile nope", "region"), None);
     }
 
     #[test]

@@ -20,7 +20,6 @@ mod validate;
 use std::net::SocketAddr;
 use std::path::Path;
 
-pub(crate) use credentials::ini_value;
 pub use credentials::{CredentialMode, Credentials, Env, ProcessEnv};
 pub use error::ConfigError;
 pub use overrides::Overrides;
@@ -129,20 +128,21 @@ impl Config {
         self.origin.as_ref().ok_or_else(|| self.missing("origin"))
     }
 
-    /// Completes the region chain where the config and environment left it open
-    /// and the origin is AWS's own: the instance metadata's region (a second at
-    /// most when there is no metadata service). Programs call it once at start.
-    pub async fn settle_region(&mut self) {
-        use crate::aws::region::{from_instance_metadata, RegionSource};
-        let Some(o) = self.origin.as_mut() else {
-            return;
-        };
-        if o.region_source != RegionSource::Default || o.aws.is_none_or(|a| a.overridden) {
-            return;
-        }
-        if let Some(r) = from_instance_metadata(std::time::Duration::from_secs(1)).await {
-            tracing::info!(region = %r, "region from the instance metadata");
-            o.set_region(r, RegionSource::InstanceMetadata);
+    /// Whether the region is still open where only AWS's instance metadata can
+    /// settle it: nothing named one and the origin is AWS's own endpoint. Then
+    /// the network it would be asked through.
+    pub fn region_from_instance(&self) -> Option<&crate::net::Network> {
+        let o = self.origin.as_ref()?;
+        let open = o.region_source == crate::aws::region::RegionSource::Default
+            && o.aws.is_some_and(|a| !a.overridden);
+        open.then_some(&o.network)
+    }
+
+    /// Takes the region the instance metadata named.
+    pub fn set_instance_region(&mut self, region: String) {
+        if let Some(o) = self.origin.as_mut() {
+            tracing::info!(region = %region, "region from the instance metadata");
+            o.set_region(region, crate::aws::region::RegionSource::InstanceMetadata);
         }
     }
     pub fn cluster(&self) -> Option<&ClusterConfig> {

@@ -7,30 +7,8 @@ use std::time::Duration;
 
 use super::defaults;
 use super::{CredentialMode, Credentials};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Addressing {
-    /// `https://endpoint/bucket/key`
-    Path,
-    /// `https://bucket.endpoint/key`
-    Virtual,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
-    pub connect: Duration,
-    pub first_byte: Duration,
-    /// Longest gap between two body chunks.
-    pub stall: Duration,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all, including the first.
-    pub max_attempts: u32,
-    pub base: Duration,
-    pub max: Duration,
-}
+pub use crate::net::{Network, Proxy};
+pub use crate::store::s3::{Addressing, RequestOptions, RetryPolicy, SseCustomerKey, Timeouts};
 
 #[derive(Clone, Debug)]
 pub struct OriginConfig {
@@ -49,6 +27,28 @@ pub struct OriginConfig {
 }
 
 impl OriginConfig {
+    /// An S3 client of this origin.
+    pub fn client(&self) -> Result<crate::store::s3::S3Client, crate::store::StoreError> {
+        crate::store::s3::S3Client::new(self.client_options())
+    }
+
+    /// What an S3 client of this origin is built from.
+    pub fn client_options(&self) -> crate::store::s3::S3ClientOptions {
+        crate::store::s3::S3ClientOptions {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            addressing: self.addressing,
+            credentials: self.credentials.clone(),
+            timeouts: self.timeouts,
+            retry: self.retry,
+            sign_range: true,
+            pool_idle_per_host: 64,
+            network: self.network.clone(),
+            request: self.request.clone(),
+            aws: self.aws,
+        }
+    }
+
     /// Uses `region` (found after the config was read, from instance metadata):
     /// AWS's endpoint moves with it.
     pub fn set_region(&mut self, region: String, source: crate::aws::region::RegionSource) {
@@ -57,51 +57,6 @@ impl OriginConfig {
         }
         self.region = region;
         self.region_source = source;
-    }
-}
-
-/// How a client's connections leave the host.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Network {
-    pub proxy: Proxy,
-    /// PEM certificates trusted beside the system's roots.
-    pub ca_bundle: Option<PathBuf>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Proxy {
-    /// `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (the origin's default).
-    #[default]
-    FromEnv,
-    /// Never (node-to-node traffic by default).
-    Off,
-    /// Every request through this proxy URL, except hosts `NO_PROXY` names.
-    Url(String),
-}
-
-/// Headers S3 wants on every request to some buckets.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RequestOptions {
-    /// `x-amz-request-payer: requester`.
-    pub requester_pays: bool,
-    /// `x-amz-expected-bucket-owner`: the account that must own the bucket.
-    pub expected_bucket_owner: Option<String>,
-    /// An SSE-C key: objects encrypted with it are read with it.
-    pub sse_customer_key: Option<SseCustomerKey>,
-}
-
-/// A customer-provided encryption key, as S3's headers carry it. `Debug` hides it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SseCustomerKey {
-    /// The 256-bit key, base64.
-    pub key: String,
-    /// MD5 of the key, base64.
-    pub key_md5: String,
-}
-
-impl std::fmt::Debug for SseCustomerKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SseCustomerKey(<redacted>)")
     }
 }
 

@@ -10,8 +10,8 @@ use http::{HeaderMap, Method, StatusCode};
 use super::errors::{from_response, ErrorContext};
 use super::sign::{Payload, Signer};
 use super::{encode, xml, S3Client};
+use super::{Addressing, RetryPolicy};
 use crate::aws::endpoint::bucket_region;
-use crate::config::{Addressing, RetryPolicy};
 use crate::store::{stall_guard, ByteStream, Deadline, StoreError};
 use aws_credential_types::Credentials as AwsCredentials;
 

@@ -12,6 +12,7 @@ mod encode;
 mod errors;
 mod list;
 mod object;
+mod options;
 mod sign;
 mod write;
 mod xml;
@@ -24,13 +25,12 @@ use bytes::Bytes;
 use http::Method;
 
 use super::{GetObject, GetResponse, ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError};
-use crate::aws::credentials::CredentialSource;
-use crate::aws::endpoint::AwsEndpoint;
-use crate::config::{
-    Addressing, CredentialMode, Network, OriginConfig, Proxy, RequestOptions, RetryPolicy, Timeouts,
-};
+use crate::aws::credentials::{CredentialMode, CredentialSource};
 
 pub use encode::{key_problem, path as encode_path, query_value};
+pub use options::{
+    Addressing, RequestOptions, RetryPolicy, S3ClientOptions, SseCustomerKey, Timeouts,
+};
 pub use sign::{Payload, Signer};
 
 /// The parsers of what an S3 server sends back, public so that the fuzz targets
@@ -48,45 +48,6 @@ pub struct Forwarded {
     pub status: u16,
     pub headers: http::HeaderMap,
     pub body: super::ByteStream,
-}
-
-/// Everything that shapes a client.
-#[derive(Clone, Debug)]
-pub struct S3ClientOptions {
-    pub endpoint: url::Url,
-    pub region: String,
-    pub addressing: Addressing,
-    pub credentials: CredentialMode,
-    pub timeouts: Timeouts,
-    pub retry: RetryPolicy,
-    /// Sign `Range` too. Off for requests to cache nodes, which widen ranges.
-    pub sign_range: bool,
-    /// Idle pooled connections kept per host.
-    pub pool_idle_per_host: usize,
-    /// Proxy and trusted roots.
-    pub network: Network,
-    /// Headers every request carries (requester pays, bucket owner, SSE-C).
-    pub request: RequestOptions,
-    /// AWS's own endpoint: a bucket in another region is followed there.
-    pub aws: Option<AwsEndpoint>,
-}
-
-impl S3ClientOptions {
-    pub fn from_origin(o: &OriginConfig) -> Self {
-        Self {
-            endpoint: o.endpoint.clone(),
-            region: o.region.clone(),
-            addressing: o.addressing,
-            credentials: o.credentials.clone(),
-            timeouts: o.timeouts,
-            retry: o.retry,
-            sign_range: true,
-            pool_idle_per_host: 64,
-            network: o.network.clone(),
-            request: o.request.clone(),
-            aws: o.aws,
-        }
-    }
 }
 
 /// An S3 client for one endpoint. Cheap to clone; clones share the connection pool.
@@ -112,41 +73,25 @@ impl S3Client {
             endpoint: label.clone(),
             message,
         };
-        let mut b = reqwest::Client::builder()
-            .connect_timeout(opts.timeouts.connect)
+        let b = crate::net::client_builder(&opts.network, opts.timeouts.connect)
+            .map_err(failed)?
             .pool_max_idle_per_host(opts.pool_idle_per_host)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true);
-        b = match &opts.network.proxy {
-            // reqwest reads HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY itself.
-            Proxy::FromEnv => b,
-            Proxy::Off => b.no_proxy(),
-            Proxy::Url(u) => b.proxy(
-                reqwest::Proxy::all(u)
-                    .map_err(|e| failed(format!("bad proxy {u}: {e}")))?
-                    .no_proxy(reqwest::NoProxy::from_env()),
-            ),
-        };
-        if let Some(path) = &opts.network.ca_bundle {
-            let pem = std::fs::read(path)
-                .map_err(|e| failed(format!("cannot read CA bundle {}: {e}", path.display())))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| failed(format!("CA bundle {} is not PEM: {e}", path.display())))?;
-            for c in certs {
-                b = b.add_root_certificate(c);
-            }
-        }
+            .pool_idle_timeout(Duration::from_secs(60));
         let http = b
             .build()
             .map_err(|e| failed(format!("cannot build HTTP client: {e}")))?;
         let creds = match &opts.credentials {
             CredentialMode::Keys(c) => Some(CredentialSource::fixed(c)),
             CredentialMode::Anonymous => None,
-            CredentialMode::Chain { profile } => Some(CredentialSource::chain(
-                profile.as_deref(),
-                &opts.region,
-                opts.timeouts.first_byte,
-            )),
+            CredentialMode::Chain { profile } => Some(
+                CredentialSource::chain(
+                    profile.as_deref(),
+                    &opts.region,
+                    &opts.network,
+                    opts.timeouts.first_byte,
+                )
+                .map_err(failed)?,
+            ),
         };
         Ok(S3Client {
             inner: Arc::new(Inner {
@@ -157,10 +102,6 @@ impl S3Client {
                 regions: Mutex::new(HashMap::new()),
             }),
         })
-    }
-
-    pub fn from_origin(o: &OriginConfig) -> Result<S3Client, StoreError> {
-        Self::new(S3ClientOptions::from_origin(o))
     }
 
     pub fn endpoint(&self) -> &str {

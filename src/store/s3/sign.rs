@@ -14,7 +14,7 @@ use aws_sigv4::http_request::{
 };
 use aws_sigv4::sign::v4;
 
-use crate::config::Credentials;
+use crate::aws::credentials::Credentials;
 
 /// The payload hash to sign with.
 pub enum Payload<'a> {
