@@ -85,8 +85,9 @@ pub fn build(
         tracing::info!("[gateway] writes = true on a node without [cluster]: writes are forwarded, invalidations stay on this node");
     }
     let node = node::Node::new(
-        origin,
+        Arc::new(origin.clone()),
         node::NodeOptions {
+            origin_attempts: origin.options().retry.max_attempts,
             block_size: node_cfg.block_size,
             revalidate_after: node_cfg.revalidate_after,
             max_age: node_cfg.max_age,
@@ -111,6 +112,7 @@ pub fn build(
     });
     let writes = cfg.gateway.writes.then(|| api::writes::Writes {
         node: node.clone(),
+        origin: origin.clone(),
         fanout: fanout.clone(),
         warm: if cfg.gateway.warm_on_write {
             reader.clone()
@@ -166,11 +168,13 @@ pub fn build(
         },
         lists: api::ListRoute {
             node: node.clone(),
+            origin: origin.clone(),
             open,
             domains: node_cfg.domains.clone(),
         },
         objects: api::passthrough::ObjectRoute {
             node: node.clone(),
+            origin: origin.clone(),
             open,
             domains: node_cfg.domains.clone(),
         },

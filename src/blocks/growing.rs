@@ -77,6 +77,28 @@ impl<E: Clone + Send + Sync + 'static> Growing<E> {
         out.freeze()
     }
 
+    /// Whether the fetch has ended, well or not.
+    pub fn is_done(&self) -> bool {
+        self.state.lock().unwrap().end.is_some()
+    }
+
+    /// The whole block once the fetch has ended, or its error.
+    pub async fn whole(&self) -> Result<Bytes, E> {
+        let mut rx = self.changed.subscribe();
+        loop {
+            let end = self.state.lock().unwrap().end.clone();
+            match end {
+                Some(Ok(())) => return Ok(self.concat()),
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+            if rx.changed().await.is_err() {
+                // The sender lives in `self`: it cannot go while we hold it.
+                unreachable!("a growing block outlived its own sender");
+            }
+        }
+    }
+
     /// Waits until the first bytes are here or the fetch ended; the fetch's
     /// error if it failed before sending anything (an answer, not a cut body).
     pub async fn started(&self) -> Result<(), E> {

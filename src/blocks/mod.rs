@@ -27,7 +27,7 @@ pub use flight::{FlightError, Flights, Joined};
 pub use growing::Growing;
 pub use key::BlockKey;
 pub use ram::RamTier;
-pub use tiers::{Served, Tiers};
+pub use tiers::{Arriving, Block, Served, Tiers};
 
 /// What a tier did since start, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

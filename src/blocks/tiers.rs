@@ -1,18 +1,26 @@
 //! The tier pipeline: a block from RAM, else from disk, else from one fetch that
 //! every concurrent asker shares, after which it is kept in both tiers.
 //!
-//! The node and the cluster reader both read blocks through [`Tiers::get_or_fetch`];
-//! what differs between them is only the fetch (the origin, an owner node, the
-//! cluster). Disk I/O runs on blocking threads, in this file only. Each answer says
-//! which tier served it ([`Served`]) so the caller counts it in its own metrics.
+//! The node and the cluster reader both read blocks through here; what differs
+//! between them is only the fetch (the origin, an owner node, the cluster). A
+//! fetch is one flight: it runs in a task of its own (an asker that goes away does
+//! not cancel it for the others), its bytes land in a [`Growing`] block that every
+//! asker can stream from its first byte as they arrive (cut-through) or wait for
+//! whole, and the tiers get the block only once the fetch says it is complete. A
+//! fetch that fails ends every asker's stream with its error; one whose task dies
+//! ends them with [`FlightError::Lost`], never a hang. Disk I/O runs on blocking
+//! threads, in this file only. Each answer says which tier served it ([`Served`])
+//! so the caller counts it in its own metrics.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::flight::{FlightError, Flights, Joined};
+use super::flight::FlightError;
+use super::growing::Growing;
 use super::{BlockCache, BlockKey, DiskFailures, NoCache, RamTier, TierStats};
 
 /// Where a block came from.
@@ -26,9 +34,27 @@ pub enum Served {
     Joined,
 }
 
-/// What fetches a missing block: the origin, an owner node, the cluster.
-pub trait Fetch<E>: Future<Output = Result<Bytes, E>> + Send + 'static {}
-impl<E, F: Future<Output = Result<Bytes, E>> + Send + 'static> Fetch<E> for F {}
+/// A block being fetched, as its askers read it.
+pub type Arriving<E> = Arc<Growing<FlightError<E>>>;
+
+/// What an asker gets: the block a tier holds, or the fetch bringing it.
+pub enum Block<E> {
+    Held(Bytes, Served),
+    /// `Served::Fetched` for the asker that started the fetch, else `Joined`.
+    Arriving(Arriving<E>, Served),
+}
+
+impl<E: Clone + Send + Sync + 'static> Block<E> {
+    /// The whole block, once it is all here.
+    pub async fn whole(self) -> Result<(Bytes, Served), FlightError<E>> {
+        match self {
+            Block::Held(b, s) => Ok((b, s)),
+            Block::Arriving(g, s) => Ok((g.whole().await?, s)),
+        }
+    }
+}
+
+type InFlight<L, E> = Arc<Mutex<HashMap<(BlockKey, L), Arriving<E>>>>;
 
 /// RAM and disk tiers with single-flight fetches. `L` separates flights for the
 /// same block that must not join each other (a node's fetch from the origin and
@@ -36,7 +62,7 @@ impl<E, F: Future<Output = Result<Bytes, E>> + Send + 'static> Fetch<E> for F {}
 pub struct Tiers<L, E: Clone> {
     ram: Arc<dyn BlockCache>,
     disk: Option<Arc<dyn BlockCache>>,
-    flights: Flights<(BlockKey, L), (Bytes, Served), E>,
+    inflight: InFlight<L, E>,
 }
 
 impl<L, E> Tiers<L, E>
@@ -55,7 +81,7 @@ where
         Tiers {
             ram,
             disk,
-            flights: Flights::default(),
+            inflight: Arc::default(),
         }
     }
 
@@ -82,53 +108,99 @@ where
         self.lookup(key).await.is_some()
     }
 
-    /// The block from a tier, else from `fetch`, run once however many ask at the
-    /// same time (in lane `lane`); a fetched block is kept in both tiers when `fill`.
+    /// The fetch of `key` in lane `lane` in flight now, if any: how much of it has
+    /// arrived, say.
+    pub fn arriving(&self, key: &BlockKey, lane: &L) -> Option<Arriving<E>> {
+        self.inflight
+            .lock()
+            .unwrap()
+            .get(&(key.clone(), lane.clone()))
+            .cloned()
+    }
+
+    /// The block from a tier, else from `fetch` (run once however many ask at the
+    /// same time, in lane `lane`), which pushes the block's bytes into the growing
+    /// block it is given as they come and says when it is complete; a fetched
+    /// block is kept in both tiers when `fill`.
+    pub async fn open<F, Fut>(&self, key: BlockKey, lane: L, fill: bool, fetch: F) -> Block<E>
+    where
+        F: FnOnce(Arriving<E>) -> Fut,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+    {
+        if let Some((b, served)) = self.lookup(&key).await {
+            return Block::Held(b, served);
+        }
+        self.flight(key, lane, fill, fetch)
+    }
+
+    /// [`Self::open`] whatever the tiers hold (joining a fetch in flight): for a
+    /// caller that needs what the fetch learns besides the bytes.
+    pub fn flight<F, Fut>(&self, key: BlockKey, lane: L, fill: bool, fetch: F) -> Block<E>
+    where
+        F: FnOnce(Arriving<E>) -> Fut,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+    {
+        let id = (key.clone(), lane);
+        let g = {
+            let mut all = self.inflight.lock().unwrap();
+            if let Some(g) = all.get(&id) {
+                return Block::Arriving(g.clone(), Served::Joined);
+            }
+            let g: Arriving<E> = Arc::default();
+            all.insert(id.clone(), g.clone());
+            g
+        };
+        // A flight that ended between the caller's lookup and the entry above left
+        // its block in RAM: never fetch it twice.
+        if let Some(b) = self.ram.get(&key) {
+            self.inflight.lock().unwrap().remove(&id);
+            g.push(b.clone());
+            g.finish(Ok(()));
+            return Block::Held(b, Served::Ram);
+        }
+        let run = fetch(g.clone());
+        let landing = Landing {
+            id: Some(id),
+            growing: g.clone(),
+            inflight: self.inflight.clone(),
+        };
+        let (ram, disk) = (self.ram.clone(), self.disk.clone());
+        tokio::spawn(async move {
+            let mut landing = landing;
+            match run.await {
+                Ok(()) => {
+                    let b = landing.growing.concat();
+                    if fill {
+                        ram.insert(key.clone(), b.clone());
+                    }
+                    // Readers are done before the disk write: it only keeps.
+                    landing.end(Ok(()));
+                    if let (true, Some(disk)) = (fill, disk) {
+                        let _ = tokio::task::spawn_blocking(move || disk.insert(key, b)).await;
+                    }
+                }
+                Err(e) => landing.end(Err(FlightError::Failed(e))),
+            }
+        });
+        Block::Arriving(g, Served::Fetched)
+    }
+
+    /// The block from a tier, else from `fetch`'s whole answer (one however many
+    /// ask), kept in both tiers when `fill`: for fetches that bring a block at once.
     pub async fn get_or_fetch(
         &self,
         key: BlockKey,
         lane: L,
         fill: bool,
-        fetch: impl Fetch<E>,
+        fetch: impl Future<Output = Result<Bytes, E>> + Send + 'static,
     ) -> Result<(Bytes, Served), FlightError<E>> {
-        if let Some(hit) = self.lookup(&key).await {
-            return Ok(hit);
-        }
-        self.fetch(key, lane, fill, fetch).await
-    }
-
-    /// The block from `fetch` (joining one in flight), whatever the tiers hold: for
-    /// a caller that needs what the fetch learns besides the bytes.
-    pub async fn fetch(
-        &self,
-        key: BlockKey,
-        lane: L,
-        fill: bool,
-        fetch: impl Fetch<E>,
-    ) -> Result<(Bytes, Served), FlightError<E>> {
-        let (ram, disk, k) = (self.ram.clone(), self.disk.clone(), key.clone());
-        let flight = async move {
-            // A flight that ended between the caller's lookup and this one left its
-            // block in RAM: never fetch it twice.
-            if let Some(b) = ram.get(&k) {
-                return Ok((b, Served::Ram));
-            }
-            let b = fetch.await?;
-            if fill {
-                ram.insert(k.clone(), b.clone());
-                if let Some(disk) = disk {
-                    let b2 = b.clone();
-                    let _ = tokio::task::spawn_blocking(move || disk.insert(k, b2)).await;
-                }
-            }
-            Ok((b, Served::Fetched))
-        };
-        let (r, joined) = self.flights.run((key, lane), flight).await;
-        let (b, served) = r?;
-        Ok(match (joined, served) {
-            (Joined::Follower, Served::Fetched) => (b, Served::Joined),
-            _ => (b, served),
+        self.open(key, lane, fill, |g| async move {
+            g.push(fetch.await?);
+            Ok(())
         })
+        .await
+        .whole()
+        .await
     }
 
     /// Keeps `data` as `key` in both tiers.
@@ -186,6 +258,33 @@ where
     }
 }
 
+/// How a flight ends: its askers are told, and its entry goes, whatever becomes
+/// of its task (a panic or an abort tells them [`FlightError::Lost`]).
+struct Landing<L: Hash + Eq, E: Clone + Send + Sync + 'static> {
+    id: Option<(BlockKey, L)>,
+    growing: Arriving<E>,
+    inflight: InFlight<L, E>,
+}
+
+impl<L: Hash + Eq, E: Clone + Send + Sync + 'static> Landing<L, E> {
+    fn end(&mut self, r: Result<(), FlightError<E>>) {
+        if let Some(id) = self.id.take() {
+            // Gone from the map first: a new asker after the end fetches afresh
+            // (or finds the block in RAM).
+            self.inflight.lock().unwrap().remove(&id);
+            self.growing.finish(r);
+        }
+    }
+}
+
+impl<L: Hash + Eq, E: Clone + Send + Sync + 'static> Drop for Landing<L, E> {
+    fn drop(&mut self) {
+        self.end(Err(FlightError::Lost(
+            "the fetch's task ended early".into(),
+        )));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,7 +325,16 @@ mod tests {
         let never = async { Err::<Bytes, String>("must not fetch".into()) };
         let (_, s) = t.get_or_fetch(key(1), (), true, never).await.unwrap();
         assert_eq!(s, Served::Ram);
-        // A fresh RAM tier over the same disk finds it there.
+        // The disk write follows the answer: wait for it, then a fresh RAM tier
+        // over the same disk finds the block there.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while t.disk_stats().blocks < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never written to disk"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         drop(t);
         let (disk, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
         let t: Tiers<(), String> = Tiers::new(1 << 20, 4, Some(Arc::new(disk)));
@@ -240,5 +348,45 @@ mod tests {
             .await;
         assert_eq!(r, Err(FlightError::Failed("origin down".into())));
         assert!(!t.cached(&key(2)).await);
+    }
+
+    #[tokio::test]
+    async fn askers_stream_a_fetch_as_it_arrives_and_a_dying_fetch_ends_them() {
+        let t: Tiers<(), String> = Tiers::new(1 << 20, 4, None);
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let first = t
+            .open(key(3), (), true, |g| async move {
+                g.push(Bytes::from_static(b"ab"));
+                let _ = wait.await;
+                g.push(Bytes::from_static(b"cd"));
+                Ok(())
+            })
+            .await;
+        let Block::Arriving(g, Served::Fetched) = first else {
+            panic!("a cold block is fetched by its first asker");
+        };
+        g.started().await.unwrap();
+        assert_eq!(g.len(), 2, "the first bytes are readable before the rest");
+        let joined = t
+            .open(key(3), (), true, |_| async {
+                panic!("a second fetch of a block in flight");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+            .await;
+        assert!(matches!(joined, Block::Arriving(_, Served::Joined)));
+        go.send(()).unwrap();
+        assert_eq!(joined.whole().await.unwrap().0, "abcd");
+        assert_eq!(t.lookup(&key(3)).await.unwrap().1, Served::Ram);
+
+        let dying = t
+            .open(key(4), (), true, |_| async {
+                panic!("the fetch blew up");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+            .await;
+        assert!(matches!(dying.whole().await, Err(FlightError::Lost(_))));
+        assert!(t.arriving(&key(4), &()).is_none(), "the key is free again");
     }
 }

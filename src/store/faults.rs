@@ -20,10 +20,19 @@ pub enum Fault {
     Delay(Duration),
     /// The headers come at once, then the body stops for good after this many bytes.
     StallAfter(u64),
+    /// The headers come at once, then the connection breaks after this many
+    /// bytes of the body (a reset: the reader sees a transport error).
+    CutAfter(u64),
     /// This error comes back instead of an answer.
     Fail(StoreError),
     /// The connection is never answered at all.
     Hang,
+}
+
+/// A fault that acts on a body.
+enum Body {
+    StallAfter(u64),
+    CutAfter(u64),
 }
 
 #[derive(Default)]
@@ -84,7 +93,7 @@ impl<S: ObjectStore> FaultStore<S> {
 
     /// Applies the faults that act before an answer; returns the one that acts on
     /// the body, if any.
-    async fn before(&self) -> Result<Option<u64>, StoreError> {
+    async fn before(&self) -> Result<Option<Body>, StoreError> {
         match self.fault() {
             None => Ok(None),
             Some(Fault::Refuse) => Err(StoreError::Connect {
@@ -95,7 +104,8 @@ impl<S: ObjectStore> FaultStore<S> {
                 tokio::time::sleep(d).await;
                 Ok(None)
             }
-            Some(Fault::StallAfter(n)) => Ok(Some(n)),
+            Some(Fault::StallAfter(n)) => Ok(Some(Body::StallAfter(n))),
+            Some(Fault::CutAfter(n)) => Ok(Some(Body::CutAfter(n))),
             Some(Fault::Fail(e)) => Err(e),
             Some(Fault::Hang) => std::future::pending().await,
         }
@@ -115,28 +125,46 @@ impl<S: ObjectStore> ObjectStore for FaultStore<S> {
 
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
         self.gets.fetch_add(1, Relaxed);
-        let stall_after = self.before().await?;
+        let body_fault = self.before().await?;
         let mut resp = self.inner.get_range(req).await?;
-        if let Some(limit) = stall_after {
-            let mut sent = 0u64;
-            let body = resp.body.map(move |chunk| {
-                let chunk = chunk?;
-                let room = limit.saturating_sub(sent) as usize;
-                sent += chunk.len() as u64;
-                Ok(chunk.slice(..room.min(chunk.len())))
-            });
+        let (limit, cut) = match body_fault {
+            None => return Ok(resp),
+            Some(Body::StallAfter(n)) => (n, false),
+            Some(Body::CutAfter(n)) => (n, true),
+        };
+        let mut sent = 0u64;
+        let body = resp.body.map(move |chunk| {
+            let chunk = chunk?;
+            let room = limit.saturating_sub(sent) as usize;
+            sent += chunk.len() as u64;
+            Ok(chunk.slice(..room.min(chunk.len())))
+        });
+        let upto =
+            body.take_while(|c| std::future::ready(c.as_ref().map_or(true, |b| !b.is_empty())));
+        let endpoint = self.inner.name().to_owned();
+        resp.body = if cut {
+            // What fits under the limit, then a reset.
+            Box::pin(upto.chain(futures_util::stream::once(async move {
+                Err(StoreError::Transport {
+                    endpoint,
+                    message: "connection reset mid-body (fault)".into(),
+                })
+            })))
+        } else {
             // What fits under the limit, then silence.
-            let cut = body
-                .take_while(|c| std::future::ready(c.as_ref().map_or(true, |b| !b.is_empty())))
-                .chain(futures_util::stream::pending());
-            resp.body = Box::pin(cut);
-        }
+            Box::pin(upto.chain(futures_util::stream::pending()))
+        };
         Ok(resp)
     }
 
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
         self.before().await?;
         self.inner.list_page(req).await
+    }
+
+    async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError> {
+        self.before().await?;
+        self.inner.head_bucket(bucket).await
     }
 }
 

@@ -153,6 +153,16 @@ impl super::ObjectStore for MemoryStore {
         })
     }
 
+    async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError> {
+        self.heads.fetch_add(1, Relaxed);
+        match self.buckets.read().unwrap().contains_key(bucket) {
+            true => Ok(()),
+            false => Err(StoreError::NoSuchBucket {
+                bucket: bucket.to_owned(),
+            }),
+        }
+    }
+
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Relaxed);
         let buckets = self.buckets.read().unwrap();

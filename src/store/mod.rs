@@ -40,6 +40,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError>;
     /// One page of `ListObjectsV2`.
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError>;
+    /// `HEAD` of a bucket: whether it is there (a HEAD of an object answers a
+    /// bare 404 either way).
+    async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError>;
 }
 
 /// A shared store is a store.
@@ -56,6 +59,9 @@ impl<T: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<T> {
     }
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
         (**self).list_page(req).await
+    }
+    async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError> {
+        (**self).head_bucket(bucket).await
     }
 }
 
@@ -76,61 +82,125 @@ pub async fn collect(resp: GetResponse) -> Result<Bytes, StoreError> {
     Ok(buf.freeze())
 }
 
-/// `GET` of `req` collected into one buffer. A body cut off midway is resumed from
-/// where it stopped (a ranged GET for the rest, pinned to the ETag first seen, so
-/// the bytes are of one version), up to `attempts` requests in all.
-pub async fn get_bytes(
+/// Where a GET's body goes as it arrives ([`get_into`]).
+pub trait BodySink {
+    type Error: From<StoreError>;
+    /// A request is about to go out: the first, or one resuming a cut body.
+    fn request(&mut self) {}
+    /// The first answer, before any of its bytes: a sink that cannot take it (a
+    /// version or a span it did not ask for) refuses here.
+    fn begin(&mut self, _meta: &ObjectMeta, _start: u64, _end: u64) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn chunk(&mut self, c: Bytes);
+}
+
+/// `GET` of `req`, its body handed to `sink` chunk by chunk. A body cut off midway
+/// is resumed from where it stopped (a ranged GET for the rest, pinned to the ETag
+/// first seen, so the bytes are of one version), up to `attempts` requests in all;
+/// a resume that fails for a passing reason counts as one of them. An error
+/// before any byte (a 412, a 404) is the answer. Returns what the first answer
+/// said of the object and the span its body covered.
+pub async fn get_into<S: BodySink>(
     store: &dyn ObjectStore,
     req: &GetObject,
     attempts: u32,
-) -> Result<(ObjectMeta, Bytes), StoreError> {
+    sink: &mut S,
+) -> Result<(ObjectMeta, u64, u64), S::Error> {
+    sink.request();
     let first = store.get_range(req).await?;
     let meta = first.meta.clone();
     let (start, end) = (first.start, first.end);
-    let mut buf = bytes::BytesMut::with_capacity((end - start) as usize);
-    let mut resp = first;
+    sink.begin(&meta, start, end)?;
+    let mut at = start;
+    let mut body = Some(first.body);
     let mut tries = 1;
     loop {
-        let mut body = resp.body;
-        let mut failed = None;
-        while let Some(chunk) = body.next().await {
-            match chunk {
-                Ok(c) => buf.extend_from_slice(&c),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
+        let mut cut = None;
+        if let Some(mut b) = body.take() {
+            while let Some(chunk) = b.next().await {
+                match chunk {
+                    Ok(c) if at + c.len() as u64 > end => {
+                        return Err(StoreError::Protocol {
+                            endpoint: store.name().to_owned(),
+                            message: format!("body runs past its range {start}..{end}"),
+                        }
+                        .into())
+                    }
+                    Ok(c) => {
+                        at += c.len() as u64;
+                        sink.chunk(c);
+                    }
+                    Err(e) => {
+                        cut = Some(e);
+                        break;
+                    }
                 }
             }
         }
-        let at = start + buf.len() as u64;
-        match failed {
-            None if at == end => return Ok((meta, buf.freeze())),
+        match cut {
+            None if at == end => return Ok((meta, start, end)),
             None => {
                 return Err(StoreError::ShortBody {
                     got: at - start,
                     want: end - start,
-                })
+                }
+                .into())
             }
-            Some(e) if !e.is_retryable() || tries >= attempts.max(1) => return Err(e),
+            Some(e) if !e.is_retryable() || tries >= attempts.max(1) => return Err(e.into()),
             Some(e) => {
-                tracing::debug!(store = store.name(), at, "body cut off, resuming: {e}");
-                tries += 1;
-                let mut rest = req.clone();
-                rest.range = Some(ByteRange::span(at, end));
-                rest.if_match = Some(meta.etag.clone());
-                resp = store.get_range(&rest).await?;
-                if resp.start != at || resp.end != end || resp.meta.etag != meta.etag {
+                tracing::debug!(store = store.name(), at, end, "body cut off, resuming: {e}");
+            }
+        }
+        // Resume until a request gets an answer or the attempts run out.
+        loop {
+            tries += 1;
+            let mut rest = req.clone();
+            rest.range = Some(ByteRange::span(at, end));
+            rest.if_match = Some(meta.etag.clone());
+            sink.request();
+            match store.get_range(&rest).await {
+                Ok(resp) if resp.start != at || resp.end != end || resp.meta.etag != meta.etag => {
                     return Err(StoreError::Protocol {
                         endpoint: store.name().to_owned(),
                         message: format!(
                             "resumed body is {}..{} of {:?}, not {at}..{end} of {:?}",
                             resp.start, resp.end, resp.meta.etag, meta.etag
                         ),
-                    });
+                    }
+                    .into());
                 }
+                Ok(resp) => {
+                    body = Some(resp.body);
+                    break;
+                }
+                Err(e) if !e.is_retryable() || tries >= attempts.max(1) => return Err(e.into()),
+                Err(e) => tracing::debug!(store = store.name(), at, "resume failed, again: {e}"),
             }
         }
     }
+}
+
+/// `GET` of `req` collected into one buffer, resumed as [`get_into`] does.
+pub async fn get_bytes(
+    store: &dyn ObjectStore,
+    req: &GetObject,
+    attempts: u32,
+) -> Result<(ObjectMeta, Bytes), StoreError> {
+    struct Collect(bytes::BytesMut);
+    impl BodySink for Collect {
+        type Error = StoreError;
+        fn begin(&mut self, _: &ObjectMeta, start: u64, end: u64) -> Result<(), StoreError> {
+            self.0.reserve((end - start) as usize);
+            Ok(())
+        }
+        fn chunk(&mut self, c: Bytes) {
+            self.0.extend_from_slice(&c);
+        }
+    }
+    let mut sink = Collect(bytes::BytesMut::new());
+    let (meta, _, _) = get_into(store, req, attempts, &mut sink).await?;
+    Ok((meta, sink.0.freeze()))
 }
 
 /// Every page of a listing, concatenated.

@@ -5,6 +5,7 @@
 //! Start it in process with [`Origin::start`], or as the `shoal-test-origin` binary.
 
 mod auth;
+mod errors;
 mod faults;
 mod lists;
 mod objects;

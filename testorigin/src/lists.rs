@@ -87,7 +87,7 @@ pub fn page(
 ) -> S3Result<ListPage> {
     let page = store
         .list(bucket, prefix, delimiter, after, max_keys)
-        .map_err(crate::s3impl::missing)?;
+        .map_err(crate::errors::missing)?;
     if max_keys == 0 {
         return Ok(ListPage::default());
     }

@@ -11,33 +11,16 @@ use futures_util::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
+use crate::errors::{missing, upload_error};
 use crate::lists::{self, Encoder};
 use crate::objects::{
     attrs_of, content_range, readable, restore_header, span, stored_headers, Conditions, Overrides,
 };
-use crate::store::{Missing, Store, StoredObject, UploadError};
+use crate::store::{Store, StoredObject};
 
 #[derive(Clone)]
 pub struct MemS3 {
     pub store: Arc<Store>,
-}
-
-pub(crate) fn missing(m: Missing) -> s3s::S3Error {
-    match m {
-        Missing::Bucket => s3_error!(NoSuchBucket),
-        Missing::Key => s3_error!(NoSuchKey),
-    }
-}
-
-fn upload_error(e: UploadError) -> s3s::S3Error {
-    match e {
-        UploadError::NoSuchUpload => s3_error!(NoSuchUpload),
-        UploadError::InvalidPart(n) => {
-            s3_error!(InvalidPart, "part {n} is missing or its ETag differs")
-        }
-        UploadError::InvalidPartOrder => s3_error!(InvalidPartOrder),
-        UploadError::Missing(m) => missing(m),
-    }
 }
 
 async fn read_body(body: Option<StreamingBlob>) -> S3Result<Bytes> {

@@ -47,6 +47,8 @@ const SUBRESOURCES: &[&str] = &[
 
 pub struct ListRoute {
     pub node: Arc<Node>,
+    /// Where listings and bucket reads go: the origin, with the node's credentials.
+    pub origin: shoal::store::s3::S3Client,
     /// `auth.mode = "none"`: anonymous requests are served.
     pub open: bool,
     /// Base domains of virtual-hosted requests (`bucket.DOMAIN`).
@@ -98,6 +100,6 @@ impl s3s::route::S3Route for ListRoute {
             .origin_requests
             .get_or_create(&KindLabel { kind: "list" })
             .inc();
-        forward(&self.node, &req, &bucket, "").await
+        forward(&self.origin, &req, &bucket, "").await
     }
 }

@@ -10,6 +10,8 @@ use futures_util::TryStreamExt;
 use http::Method;
 use s3s::{S3Request, S3Response, S3Result};
 
+use shoal::store::s3::S3Client;
+
 use super::error::store_error;
 use crate::node::{Node, SyncStream};
 
@@ -64,7 +66,7 @@ pub fn query_pairs(uri: &http::Uri) -> Vec<(String, String)> {
 
 /// Passes `req` on to the origin as `bucket/key` and hands back its answer.
 pub async fn forward(
-    node: &Node,
+    origin: &S3Client,
     req: &S3Request<s3s::Body>,
     bucket: &str,
     key: &str,
@@ -73,8 +75,7 @@ pub async fn forward(
         .iter()
         .filter_map(|h| Some((*h, req.headers.get(*h)?.to_str().ok()?.to_owned())))
         .collect();
-    let answer = node
-        .origin()
+    let answer = origin
         .forward(
             req.method.clone(),
             bucket,
@@ -145,6 +146,8 @@ pub fn signed_or_open(open: bool, req: &S3Request<s3s::Body>) -> S3Result<()> {
 /// Object GETs and HEADs passed through.
 pub struct ObjectRoute {
     pub node: Arc<Node>,
+    /// Where uncached objects are read: the origin, with the node's credentials.
+    pub origin: S3Client,
     pub open: bool,
     /// Base domains of virtual-hosted requests (`bucket.DOMAIN/key`).
     pub domains: Vec<String>,
@@ -199,6 +202,6 @@ impl s3s::route::S3Route for ObjectRoute {
         }
         self.node.metrics.uncached_requests.inc();
         let (bucket, key) = self.object(&req.uri, &req.headers).unwrap_or_default();
-        forward(&self.node, &req, &bucket, &key).await
+        forward(&self.origin, &req, &bucket, &key).await
     }
 }

@@ -12,6 +12,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Response, S3Result};
 use shoal::cluster::ClusterReader;
 use shoal::node_proto::Purge;
+use shoal::store::s3::S3Client;
 use shoal::store::ObjectMeta;
 
 use super::error::store_error;
@@ -25,6 +26,8 @@ pub const MAX_PUT: usize = 256 << 20;
 
 pub struct Writes {
     pub node: Arc<Node>,
+    /// The origin writes go to, signed with the gateway's origin credentials.
+    pub origin: S3Client,
     /// Where the invalidations that follow a write go on to other nodes.
     pub fanout: Option<Arc<Fanout>>,
     /// With `warm_on_write`: the cluster whose owners fetch a new object's blocks.
@@ -51,8 +54,7 @@ impl Writes {
         let body = collect(i.body, MAX_PUT).await?;
         let size = body.len() as u64;
         let etag = self
-            .node
-            .origin()
+            .origin
             .put_object(&i.bucket, &i.key, body)
             .await
             .map_err(store_error)?;
@@ -91,8 +93,7 @@ impl Writes {
         i: CreateMultipartUploadInput,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let id = self
-            .node
-            .origin()
+            .origin
             .create_multipart_upload(&i.bucket, &i.key)
             .await
             .map_err(store_error)?;
@@ -108,8 +109,7 @@ impl Writes {
     pub async fn upload_part(&self, i: UploadPartInput) -> S3Result<S3Response<UploadPartOutput>> {
         let body = collect(i.body, MAX_PUT).await?;
         let etag = self
-            .node
-            .origin()
+            .origin
             .upload_part(&i.bucket, &i.key, &i.upload_id, i.part_number, body)
             .await
             .map_err(store_error)?;
@@ -136,7 +136,7 @@ impl Writes {
                 )
             })
             .collect();
-        let origin = self.node.origin();
+        let origin = &self.origin;
         let etag = origin
             .complete_multipart_upload(&i.bucket, &i.key, &i.upload_id, &parts)
             .await
@@ -164,8 +164,7 @@ impl Writes {
         &self,
         i: AbortMultipartUploadInput,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        self.node
-            .origin()
+        self.origin
             .abort_multipart_upload(&i.bucket, &i.key, &i.upload_id)
             .await
             .map_err(store_error)?;
@@ -175,8 +174,7 @@ impl Writes {
 
     pub async fn delete(&self, i: DeleteObjectInput) -> S3Result<S3Response<DeleteObjectOutput>> {
         // The origin first: a delete is never lost to a cache failure.
-        self.node
-            .origin()
+        self.origin
             .delete_object(&i.bucket, &i.key)
             .await
             .map_err(store_error)?;
@@ -197,8 +195,7 @@ impl Writes {
             let r = match super::error::check_key(&key) {
                 Err(e) => Err(e),
                 Ok(()) => self
-                    .node
-                    .origin()
+                    .origin
                     .delete_object(&i.bucket, &key)
                     .await
                     .map_err(store_error),

@@ -1,16 +1,22 @@
-//! Where a missing block comes from: the origin, or on a gateway the block's owner
-//! node through the cluster reader (with its failover, hedging, breaker and origin
-//! fallback).
+//! [`Source`]: where a block the tiers lack comes from. One origin fetch, a ranged
+//! GET of the whole node block with `If-Match`, its bytes pushed as they arrive
+//! into the tiers' growing block and a cut body resumed
+//! ([`shoal::store::get_into`]); or, on a gateway, the block's owner node through
+//! the cluster reader (with its failover, hedging, breaker and origin fallback).
+//! Also the origin's other answers the node needs: HEADs, and the side read of a
+//! small range deep in a cold block.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use shoal::blocks::BlockKey;
+use shoal::blocks::{Arriving, BlockKey};
 use shoal::cluster::ClusterReader;
-use shoal::store::{ByteRange, GetObject, ObjectMeta};
+use shoal::store::{
+    get_into, BodySink, ByteRange, GetObject, GetResponse, ObjectMeta, ObjectStore, StoreError,
+};
 
-use super::{Node, NodeError, Via};
-use crate::metrics::{self, KindLabel};
+use super::{NodeError, Via};
+use crate::metrics::{self, KindLabel, Metrics};
 
 /// Where a gateway sends its misses.
 pub struct Upstream {
@@ -40,10 +46,64 @@ impl Upstream {
     }
 }
 
-impl Node {
+/// The origin (requests per read, a cut body resumed within them) and, on a
+/// gateway, the cluster.
+pub struct Source {
+    pub origin: Arc<dyn ObjectStore>,
+    /// Requests per origin read, the first included.
+    pub attempts: u32,
+    pub upstream: Option<Upstream>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The origin's bytes of one block as they come: checked against the block asked
+/// for before any is kept, counted, and pushed to its readers.
+struct IntoBlock<'a> {
+    bk: &'a BlockKey,
+    /// The block's length, when the object's size is known.
+    want: Option<u64>,
+    growing: &'a Arriving<NodeError>,
+    metrics: &'a Metrics,
+}
+
+impl BodySink for IntoBlock<'_> {
+    type Error = NodeError;
+
+    fn request(&mut self) {
+        self.metrics
+            .origin_requests
+            .get_or_create(&KindLabel { kind: "block" })
+            .inc();
+    }
+
+    fn begin(&mut self, meta: &ObjectMeta, start: u64, end: u64) -> Result<(), NodeError> {
+        let want = self.want.unwrap_or_else(|| {
+            (self.bk.start() + self.bk.block_size)
+                .min(meta.size)
+                .saturating_sub(self.bk.start())
+        });
+        if meta.etag != *self.bk.etag || start != self.bk.start() || end - start != want {
+            return Err(NodeError::BadBlock {
+                index: self.bk.index,
+                got: end - start,
+                got_etag: meta.etag.clone(),
+                want,
+                want_etag: self.bk.etag.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn chunk(&mut self, c: Bytes) {
+        self.metrics.origin_bytes.inc_by(c.len() as u64);
+        self.growing.push(c);
+    }
+}
+
+impl Source {
     /// Whether a miss of `bucket/key` at byte `at`, asked `via`, goes to the
     /// cluster: not at the hop limit, and not when this node owns the block.
-    pub(super) fn forwards(&self, via: Via, bucket: &str, key: &str, at: u64) -> bool {
+    pub fn forwards(&self, via: Via, bucket: &str, key: &str, at: u64) -> bool {
         match &self.upstream {
             Some(u) if u.owns(bucket, key, at) => {
                 self.metrics.owned_misses.inc();
@@ -64,52 +124,56 @@ impl Node {
         }
     }
 
-    /// The fetch of block `bk` of `meta`'s version: upstream when `forward`.
-    pub(super) async fn fetch(
-        self: Arc<Self>,
-        bk: BlockKey,
-        meta: ObjectMeta,
+    /// Block `bk` of `meta`'s version into `g`: from its owner when `forward`,
+    /// else from the origin.
+    pub async fn fetch(
+        &self,
+        bk: &BlockKey,
+        meta: &ObjectMeta,
         forward: bool,
         via: Via,
-    ) -> Result<Bytes, NodeError> {
+        g: &Arriving<NodeError>,
+    ) -> Result<(), NodeError> {
         if forward {
-            self.fetch_from_cluster(&bk, &meta, via).await
+            g.push(self.from_cluster(bk, meta, via).await?);
+            Ok(())
         } else {
-            self.fetch_from_origin(&bk, Some(meta.size))
-                .await
-                .map(|(b, _)| b)
+            self.from_origin(bk, Some(meta.size), g).await.map(drop)
         }
     }
 
-    /// One node block from the origin with `If-Match`. Without the object's size the
-    /// range is open-ended past the block and the answer's `Content-Range` says how
-    /// long the object is.
-    pub(super) async fn fetch_from_origin(
+    /// Block `bk` from the origin into `g` with `If-Match`, resumed if cut. Without
+    /// the object's size the range is open-ended past the block and the answer's
+    /// `Content-Range` says how long the object is; returns what the origin said
+    /// of the version.
+    pub async fn from_origin(
         &self,
         bk: &BlockKey,
         size: Option<u64>,
-    ) -> Result<(Bytes, ObjectMeta), NodeError> {
+        g: &Arriving<NodeError>,
+    ) -> Result<ObjectMeta, NodeError> {
         let start = bk.start();
+        let want = size.map(|s| (start + bk.block_size).min(s).saturating_sub(start));
         let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
-        req.range = Some(match size {
-            Some(size) => ByteRange::span(start, (start + bk.block_size).min(size)),
+        req.range = Some(match want {
+            Some(w) => ByteRange::span(start, start + w),
             None => ByteRange::From {
                 first: start,
                 last: Some(start + bk.block_size - 1),
             },
         });
-        self.metrics
-            .origin_requests
-            .get_or_create(&KindLabel { kind: "block" })
-            .inc();
-        let (meta, data) = self.origin.get_bytes(&req).await?;
-        check_block(bk, &meta, &data)?;
-        self.metrics.origin_bytes.inc_by(data.len() as u64);
-        Ok((data, meta))
+        let mut sink = IntoBlock {
+            bk,
+            want,
+            growing: g,
+            metrics: &self.metrics,
+        };
+        let (meta, _, _) = get_into(&*self.origin, &req, self.attempts, &mut sink).await?;
+        Ok(meta)
     }
 
     /// One node block from its owner through the cluster (a gateway's miss).
-    async fn fetch_from_cluster(
+    async fn from_cluster(
         &self,
         bk: &BlockKey,
         meta: &ObjectMeta,
@@ -125,25 +189,74 @@ impl Node {
             .open_forwarded(&bk.bucket, &bk.key, Some(meta.clone()), None, via.hop)
             .await?;
         let data = h.read(bk.start(), bk.block_size).await?;
-        check_block(bk, meta, &data)?;
+        let want = (bk.start() + bk.block_size)
+            .min(meta.size)
+            .saturating_sub(bk.start());
+        if data.len() as u64 != want || meta.etag != *bk.etag {
+            return Err(NodeError::BadBlock {
+                index: bk.index,
+                got: data.len() as u64,
+                got_etag: meta.etag.clone(),
+                want,
+                want_etag: bk.etag.to_string(),
+            });
+        }
         self.metrics.cluster_bytes.inc_by(data.len() as u64);
         Ok(data)
     }
-}
 
-/// `data`, with `meta`, must be all of block `bk`: never a short or foreign block
-/// in a tier.
-fn check_block(bk: &BlockKey, meta: &ObjectMeta, data: &Bytes) -> Result<(), NodeError> {
-    let start = bk.start();
-    let want = (start + bk.block_size).min(meta.size).saturating_sub(start);
-    if data.len() as u64 != want || meta.etag != *bk.etag {
-        return Err(NodeError::BadBlock {
-            index: bk.index,
-            got: data.len() as u64,
-            got_etag: meta.etag.clone(),
-            want,
-            want_etag: bk.etag.to_string(),
-        });
+    /// Just `start..end` of `meta`'s version from the origin, for a small read deep
+    /// in a cold block: `None` unless the origin answers with exactly that.
+    pub async fn side_read(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        (start, end): (u64, u64),
+    ) -> Option<GetResponse> {
+        let mut req = GetObject::new(bucket, key).if_match(&meta.etag);
+        req.range = Some(ByteRange::span(start, end));
+        self.metrics
+            .origin_requests
+            .get_or_create(&KindLabel { kind: "range" })
+            .inc();
+        match self.origin.get_range(&req).await {
+            Ok(r) if r.meta.etag == meta.etag && r.start == start && r.end == end => Some(r),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(
+                    bucket,
+                    key,
+                    start,
+                    end,
+                    "side read failed, the block serves it: {e}"
+                );
+                None
+            }
+        }
     }
-    Ok(())
+
+    /// The origin's HEAD of `bucket/key` (pinned to `if_match`). A HEAD's 404 has
+    /// no body to say which is missing; the origin would have said NoSuchBucket
+    /// to a GET, so the bucket is asked about.
+    pub async fn head(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<String>,
+    ) -> Result<ObjectMeta, NodeError> {
+        let mut req = GetObject::new(bucket, key);
+        req.if_match = if_match;
+        match self.origin.head(&req).await {
+            Err(StoreError::NoSuchKey { .. }) => match self.origin.head_bucket(bucket).await {
+                Err(e @ StoreError::NoSuchBucket { .. }) => Err(e.into()),
+                _ => Err(StoreError::NoSuchKey {
+                    bucket: bucket.to_owned(),
+                    key: key.to_owned(),
+                }
+                .into()),
+            },
+            r => Ok(r?),
+        }
+    }
 }

@@ -1,46 +1,44 @@
-//! The node's read path: object versions, then blocks from RAM, disk or the origin.
+//! The node: which version a request means, then that version's blocks from RAM,
+//! disk or one fetch.
 //!
-//! A ranged GET becomes whole node blocks. Each block goes through the tier
-//! pipeline ([`shoal::blocks::Tiers`]): RAM, else disk, else one coalesced fetch,
-//! after which it is kept in both tiers. The fetch is an origin GET widened to the
-//! whole block with `If-Match` (so the bytes are of the version asked for), or, on a
-//! gateway, the block's owner node ([`fetch`]). Blocks stream out in order as they
-//! arrive, a few fetched ahead. [`versions`] decides which version a request
-//! means; [`invalidate`] drops what changed.
+//! [`Node`] holds four things, each its own type: the caching [`Rules`], the
+//! known object [`versions::Versions`], the tier pipeline ([`shoal::blocks::Tiers`]:
+//! RAM, disk, one flight per missing block), and the [`fetch::Source`] a missing
+//! block comes from (the origin, or on a gateway its owner node). A cold read,
+//! end to end: `api::objects::get` asks [`Node::resolve_pinned`] or
+//! [`Node::resolve_for`] for the version (known, else one HEAD or block-0 fetch in
+//! flight), then [`Node::read`] (`read.rs`) streams its range: each node block is
+//! opened on the tiers, which either hold it or start (or join) its fetch in a
+//! task of its own; the fetch is one ranged GET of the block with `If-Match`
+//! whose chunks land in a growing block that every asker streams from its first
+//! byte; a cut body is resumed from where it stopped; the tiers keep the block
+//! once it is whole. A small read deep in a cold block also asks the origin for
+//! just its bytes. Purges drop versions and blocks here; the fan-out passes them
+//! on.
 
-mod cut_through;
 mod error;
 mod fetch;
-pub mod invalidate;
+mod read;
 mod versions;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::{stream, Stream, StreamExt};
-use shoal::blocks::{BlockKey, DiskTier, Served, Tiers};
-use shoal::store::s3::S3Client;
-use shoal::store::ObjectMeta;
+use shoal::blocks::{BlockKey, DiskTier, Tiers};
+use shoal::node_proto::Purge;
+use shoal::store::{ObjectMeta, ObjectStore};
 
 pub use error::NodeError;
 pub use fetch::Upstream;
+pub use read::{BlockStream, SyncStream};
 
-use crate::metrics::{self, Metrics};
+use crate::fanout::Fanout;
+use crate::metrics::{KindLabel, Metrics};
 use crate::rules::{Policy, Rules};
-
-/// Blocks fetched ahead of the one being sent.
-const PREFETCH: usize = 4;
-/// Reads up to this long inside one block the tiers lack, starting at least
-/// [`SIDE_READ_DEPTH`] into it, are asked of the origin on their own beside the
-/// block's fetch ([`Node::side_read`]). Nearer the block's start the block's own
-/// bytes come about as soon (256 KiB is 2.6 ms at 100 MB/s, against tens of ms
-/// of first byte), and a second origin request is not worth it.
-const SIDE_READ_MAX: u64 = 256 << 10;
-const SIDE_READ_DEPTH: u64 = 256 << 10;
-/// Longest a request waits on a block fetch someone else started.
-const WAIT_LIMIT: Duration = Duration::from_secs(120);
+use versions::{Asked, Fresh, Versions};
 
 pub struct NodeOptions {
     pub block_size: u64,
@@ -52,6 +50,8 @@ pub struct NodeOptions {
     pub rules: Vec<shoal::config::CacheRule>,
     /// A gateway's cluster: misses go to owners through it.
     pub upstream: Option<Upstream>,
+    /// Requests per origin read, the first included (a cut body is resumed).
+    pub origin_attempts: u32,
 }
 
 /// A request as it arrived: how many nodes it passed through.
@@ -61,21 +61,18 @@ pub struct Via {
 }
 
 pub struct Node {
-    origin: S3Client,
+    rules: Rules,
+    versions: Versions,
     /// Flights are kept apart by whether the fetch goes upstream, so that a
     /// forwarded request that comes back to this node never waits on its own
     /// forward.
     tiers: Tiers<bool, NodeError>,
-    versions: versions::Versions,
-    rules: Rules,
-    upstream: Option<Upstream>,
-    /// Cold blocks being fetched, readable while they arrive.
-    growing: Mutex<HashMap<BlockKey, Arc<shoal::blocks::Growing<NodeError>>>>,
+    source: Arc<fetch::Source>,
     pub metrics: Arc<Metrics>,
 }
 
 impl Node {
-    pub fn new(origin: S3Client, o: NodeOptions) -> std::io::Result<Node> {
+    pub fn new(origin: Arc<dyn ObjectStore>, o: NodeOptions) -> std::io::Result<Node> {
         let metrics = Arc::new(Metrics::default());
         let disk = match &o.disk {
             Some((dir, bytes)) if *bytes > 0 => {
@@ -98,21 +95,19 @@ impl Node {
             .filter_map(|r| r.block_size)
             .fold(o.block_size, u64::max);
         Ok(Node {
-            origin,
             tiers: Tiers::new(
                 o.ram_bytes,
                 largest,
                 disk.map(|d| Arc::new(d) as Arc<dyn shoal::blocks::BlockCache>),
             ),
-            versions: versions::Versions {
-                metas: Mutex::new(HashMap::new()),
-                heads: Default::default(),
-                revalidate_after: o.revalidate_after,
-                max_age: o.max_age,
-            },
+            versions: Versions::new(o.revalidate_after, o.max_age),
             rules: Rules::new(o.rules, o.block_size),
-            upstream: o.upstream,
-            growing: Mutex::new(HashMap::new()),
+            source: Arc::new(fetch::Source {
+                origin,
+                attempts: o.origin_attempts.max(1),
+                upstream: o.upstream,
+                metrics: metrics.clone(),
+            }),
             metrics,
         })
     }
@@ -122,183 +117,193 @@ impl Node {
         self.rules.policy(bucket, key)
     }
 
-    pub fn origin(&self) -> &S3Client {
-        &self.origin
-    }
-
     fn block_key(bucket: &str, key: &str, etag: &str, index: u64, bs: u64) -> BlockKey {
         BlockKey::new(bucket, key, etag, bs, index)
     }
 
-    /// Whether every node block of `start..end` is in RAM or on disk now.
-    pub async fn cached(
+    /// What is known of an object, if it may still be used; a rule's `ttl` that
+    /// ran out drops the object here.
+    async fn known_fresh(
         &self,
         bucket: &str,
         key: &str,
-        meta: &ObjectMeta,
-        start: u64,
-        end: u64,
-    ) -> bool {
-        if end <= start {
-            return true;
+        policy: &Policy,
+    ) -> Option<(ObjectMeta, Duration)> {
+        match self.versions.fresh(bucket, key, policy.ttl) {
+            Fresh::Known(meta, age) => Some((meta, age)),
+            Fresh::Expired => {
+                self.metrics.expired.inc();
+                self.purge_object(bucket, key).await;
+                None
+            }
+            Fresh::Unknown => None,
         }
+    }
+
+    /// Passes `e` on; when it says the version asked for is gone (412, 404), what
+    /// is cached of the object goes too.
+    async fn gone_if(&self, bucket: &str, key: &str, e: NodeError) -> NodeError {
+        if e.says_gone() {
+            self.purge_object(bucket, key).await;
+        }
+        e
+    }
+
+    /// The version to serve: the one named by `if_match`, or the latest one known
+    /// within `revalidate_after`, else whatever the origin (or, on a gateway, the
+    /// block's owner) says now.
+    pub async fn resolve(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+        via: Via,
+    ) -> Result<ObjectMeta, NodeError> {
+        self.resolve_for(bucket, key, if_match, via, true).await
+    }
+
+    /// [`Self::resolve`]; `reading` says a GET follows, so a gateway may as well
+    /// learn the version by fetching block 0 from its owner (a HEAD asks the owner
+    /// with a HEAD and moves no block).
+    pub async fn resolve_for(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+        via: Via,
+        reading: bool,
+    ) -> Result<ObjectMeta, NodeError> {
         let policy = self.policy(bucket, key);
-        if !policy.cache {
-            return false;
-        }
-        let bs = policy.block_size;
-        for i in start / bs..=(end - 1) / bs {
-            let bk = Self::block_key(bucket, key, &meta.etag, i, bs);
-            if !self.tiers.cached(&bk).await {
-                return false;
+        if let Some((meta, age)) = self.known_fresh(bucket, key, &policy).await {
+            match if_match {
+                // A version is immutable: a known ETag needs no revalidation.
+                Some(e) if e == meta.etag => return Ok(meta),
+                None if age < self.versions.revalidate_after => return Ok(meta),
+                _ => {}
             }
         }
-        true
-    }
-
-    /// One whole node block of `meta`'s version.
-    pub async fn block(
-        self: &Arc<Self>,
-        bucket: &str,
-        key: &str,
-        meta: &ObjectMeta,
-        index: u64,
-        bs: u64,
-        via: Via,
-    ) -> Result<Bytes, NodeError> {
-        let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
-        let forward = self.forwards(via, bucket, key, index * bs);
-        let fill = self.policy(bucket, key).cache;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let fetch = self.clone().fetch(bk.clone(), meta.clone(), forward, via);
-            let waited = tokio::time::timeout(
-                WAIT_LIMIT,
-                self.tiers.get_or_fetch(bk.clone(), forward, fill, fetch),
-            )
+        let forward = self.source.forwards(via, bucket, key, 0);
+        self.metrics
+            .origin_requests
+            .get_or_create(&KindLabel {
+                kind: if forward { "cluster_head" } else { "head" },
+            })
+            .inc();
+        let asked = match (forward, reading) {
+            (false, _) => Asked::Origin,
+            (true, true) => Asked::OwnerBlock,
+            (true, false) => Asked::OwnerHead,
+        };
+        match self
+            .versions
+            .learn(&self.source, (bucket, key), if_match, via, asked)
             .await
-            .map_err(|_| NodeError::WaitedTooLong(WAIT_LIMIT))?;
-            match waited {
-                Ok((b, served)) => {
-                    self.count(served, b.len());
-                    return Ok(b);
-                }
-                Err(e) => {
-                    let e = NodeError::from(e);
-                    // A follower whose leader failed for a passing reason fetches
-                    // afresh once.
-                    if tries < 2 && e.is_retryable() {
-                        continue;
-                    }
-                    return Err(self.gone_if(bucket, key, e).await);
-                }
-            }
+        {
+            Ok(meta) => Ok(meta),
+            Err(e) => Err(self.gone_if(bucket, key, e).await),
         }
     }
 
-    /// Counts where a block came from.
-    fn count(&self, served: Served, bytes: usize) {
-        let m = &self.metrics;
-        let has_disk = self.tiers.has_disk();
-        let tier = match served {
-            Served::Ram => metrics::RAM,
-            Served::Disk => metrics::DISK,
-            Served::Fetched | Served::Joined => metrics::ORIGIN,
-        };
-        if served != Served::Ram {
-            m.misses.get_or_create(&metrics::RAM).inc();
-        }
-        if has_disk && matches!(served, Served::Fetched | Served::Joined) {
-            m.misses.get_or_create(&metrics::DISK).inc();
-        }
-        if matches!(served, Served::Ram | Served::Disk) {
-            m.hits.get_or_create(&tier).inc();
-        }
-        if served == Served::Joined {
-            m.coalesced_waits.inc();
-        }
-        m.bytes_served.get_or_create(&tier).inc_by(bytes as u64);
-    }
-
-    /// Bytes `start..end` of `meta`'s version as a stream of slices of whole blocks,
-    /// a cold block's bytes as they arrive (cut-through). The first block is
-    /// started before this returns, so an error about the object (412, 404) is an
-    /// answer rather than a cut-off body.
-    pub async fn read(
+    /// Like [`Self::resolve`] for a request pinned to `etag` that starts in node block
+    /// `index`: when the version is not known yet, that block is fetched with
+    /// `If-Match` and its answer supplies size and dates, saving the HEAD round trip
+    /// (what a cold small file costs). The block lands in the tiers for the read.
+    pub async fn resolve_pinned(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
-        meta: &ObjectMeta,
-        start: u64,
-        end: u64,
+        etag: &str,
+        index: u64,
         via: Via,
-    ) -> Result<SyncStream<cut_through::BlockStream>, NodeError> {
-        let bs = self.policy(bucket, key).block_size;
-        let (first, last) = if end > start {
-            (start / bs, (end - 1) / bs)
-        } else {
-            (1, 0)
-        };
-        if first == last && end - start <= SIDE_READ_MAX && start >= first * bs + SIDE_READ_DEPTH {
-            let side = self
-                .side_read(bucket, key, meta, (first, bs), (start, end), via)
-                .await?;
-            if let Some(s) = side {
-                return Ok(SyncStream::new(s));
+    ) -> Result<ObjectMeta, NodeError> {
+        let policy = self.policy(bucket, key);
+        if let Some((meta, _)) = self.known_fresh(bucket, key, &policy).await {
+            if meta.etag == etag {
+                return Ok(meta);
             }
         }
-        let head = if first <= last {
-            Some(self.block_stream(bucket, key, meta, first, bs, via).await?)
-        } else {
-            None
-        };
-        // The part of block `index` in `start..end`, taken from its chunks.
-        let clip = move |index: u64, s: cut_through::BlockStream| {
-            let off = index * bs;
-            let lo = start.saturating_sub(off);
-            let hi = end - off;
-            s.scan(0u64, move |at, c| {
-                // Past the range: stop here rather than wait out the block.
-                if *at >= hi {
-                    return std::future::ready(None);
-                }
-                let out = c.map(|c| {
-                    let (c_lo, c_hi) = (*at, *at + c.len() as u64);
-                    *at = c_hi;
-                    let (a, b) = (lo.clamp(c_lo, c_hi), hi.clamp(c_lo, c_hi));
-                    c.slice((a - c_lo) as usize..(b - c_lo) as usize)
-                });
-                std::future::ready(Some(out))
-            })
-            .filter(|c| std::future::ready(!matches!(c, Ok(b) if b.is_empty())))
-        };
+        if !policy.cache || self.source.upstream.is_some() {
+            return self.resolve(bucket, key, Some(etag), via).await;
+        }
+        let bk = Node::block_key(bucket, key, etag, index, policy.block_size);
         let me = self.clone();
-        let (bucket, key, meta) = (bucket.to_owned(), key.to_owned(), meta.clone());
-        let rest = stream::iter(first + 1..=last)
-            .map(move |i| {
-                let (me, bucket, key, meta) =
-                    (me.clone(), bucket.clone(), key.clone(), meta.clone());
-                async move {
-                    me.block_stream(&bucket, &key, &meta, i, bs, via)
-                        .await
-                        .map(|s| (i, s))
-                }
-            })
-            .buffered(PREFETCH)
-            .flat_map(move |r| -> cut_through::BlockStream {
-                match r {
-                    Ok((i, s)) => Box::pin(clip(i, s)),
-                    Err(e) => Box::pin(stream::once(async { Err(e) })),
-                }
+        let block = self
+            .tiers
+            .flight(bk.clone(), false, true, move |g| async move {
+                let meta = me.source.from_origin(&bk, None, &g).await?;
+                me.versions.remember(&bk.bucket, &bk.key, &meta);
+                Ok(())
             });
-        let head = stream::iter(head.map(move |s| clip(first, s))).flatten();
-        Ok(SyncStream::new(Box::pin(head.chain(rest))))
+        match block.whole().await {
+            Ok(_) => match self.versions.known(bucket, key, etag) {
+                Some(meta) => Ok(meta),
+                // Joined a block fetch that learned nothing, or forgotten since.
+                None => self.resolve(bucket, key, Some(etag), via).await,
+            },
+            Err(e) => match NodeError::from(e) {
+                // Past the end (or an empty object): the HEAD path answers exactly.
+                NodeError::Origin(shoal::store::StoreError::InvalidRange { .. }) => {
+                    self.resolve(bucket, key, Some(etag), via).await
+                }
+                e => Err(self.gone_if(bucket, key, e).await),
+            },
+        }
+    }
+
+    /// The version `etag` of an object, if this node knows it already.
+    pub fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<ObjectMeta> {
+        self.versions.known(bucket, key, etag)
+    }
+
+    /// Drops every cached block and version of one object; returns blocks dropped.
+    pub async fn purge_object(&self, bucket: &str, key: &str) -> u64 {
+        self.versions.forget(bucket, key);
+        self.tiers.remove_object(bucket, key).await
+    }
+
+    /// Drops every version of one object but `etag` (an overwrite whose new
+    /// version may already be warm); returns blocks dropped.
+    pub async fn purge_other_versions(&self, bucket: &str, key: &str, etag: &str) -> u64 {
+        self.versions.forget_unless(bucket, key, etag);
+        self.tiers.remove_other_versions(bucket, key, etag).await
+    }
+
+    /// Drops everything under a prefix; returns blocks dropped.
+    pub async fn purge_prefix(&self, bucket: &str, prefix: &str) -> u64 {
+        self.versions.forget_prefix(bucket, prefix);
+        self.tiers.remove_prefix(bucket, prefix).await
+    }
+
+    /// Applies `target` here and, if `pass_on` (it did not come from another node),
+    /// queues it for every other node; returns blocks dropped here.
+    pub async fn invalidate(
+        &self,
+        fanout: Option<&Fanout>,
+        bucket: &str,
+        target: Purge,
+        pass_on: bool,
+    ) -> u64 {
+        let n = match &target {
+            Purge::Key(k) => self.purge_object(bucket, k).await,
+            Purge::Prefix(p) => self.purge_prefix(bucket, p).await,
+            Purge::KeyExcept(k, e) => self.purge_other_versions(bucket, k, e).await,
+        };
+        let kind = if pass_on { "local" } else { "fanout" };
+        self.metrics
+            .invalidations
+            .get_or_create(&KindLabel { kind })
+            .inc();
+        if pass_on {
+            if let Some(f) = fanout {
+                f.send(bucket, target);
+            }
+        }
+        n
     }
 
     /// Brings the tier gauges and counters up to date (called before each scrape).
     pub fn refresh_gauges(&self) {
-        if let Some(u) = &self.upstream {
+        if let Some(u) = &self.source.upstream {
             u.reader.refresh_gauges();
         }
         self.metrics.tiers(
@@ -306,25 +311,5 @@ impl Node {
             &self.tiers.disk_stats(),
             self.tiers.disk_failures(),
         );
-    }
-}
-
-/// s3s wants `Sync` body streams; a stream polled from one task at a time is safely
-/// shared behind a mutex.
-pub struct SyncStream<S>(std::sync::Mutex<std::pin::Pin<Box<S>>>);
-
-impl<S> SyncStream<S> {
-    pub fn new(s: S) -> Self {
-        Self(std::sync::Mutex::new(Box::pin(s)))
-    }
-}
-
-impl<S: Stream> Stream for SyncStream<S> {
-    type Item = S::Item;
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.0.lock().unwrap().as_mut().poll_next(cx)
     }
 }

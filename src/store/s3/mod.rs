@@ -205,4 +205,7 @@ impl ObjectStore for S3Client {
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
         self.list_objects_v2(req).await
     }
+    async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError> {
+        S3Client::head_bucket(self, bucket).await
+    }
 }

@@ -1,0 +1,290 @@
+//! The node's read path: a range of one version as a stream of slices of whole
+//! node blocks, each from a tier or cut through from its fetch as it arrives.
+//!
+//! Every block goes through [`shoal::blocks::Tiers::open`]: held, or a fetch in
+//! flight (started here or joined) whose bytes stream to every asker from the
+//! first one. Blocks stream out in order, a few opened ahead. A small read deep
+//! in a cold block is also asked of the origin on its own (a side read), since the
+//! bytes before it would have to arrive first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{stream, Stream, StreamExt};
+use shoal::blocks::{Block, Served};
+use shoal::store::ObjectMeta;
+
+use super::{Node, NodeError, Via};
+use crate::metrics;
+
+pub type BlockStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, NodeError>> + Send>>;
+
+/// Blocks opened ahead of the one being sent.
+const PREFETCH: usize = 4;
+/// Reads up to this long inside one block the tiers lack, starting at least
+/// [`SIDE_READ_DEPTH`] into it, are asked of the origin on their own beside the
+/// block's fetch. Nearer the block's start the block's own bytes come about as
+/// soon (256 KiB is 2.6 ms at 100 MB/s, against tens of ms of first byte), and a
+/// second origin request is not worth it.
+const SIDE_READ_MAX: u64 = 256 << 10;
+const SIDE_READ_DEPTH: u64 = 256 << 10;
+/// Longest a request waits on a block fetch someone else started.
+const WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+impl Node {
+    /// Counts where a block came from.
+    fn count(&self, served: Served, bytes: u64) {
+        let m = &self.metrics;
+        let has_disk = self.tiers.has_disk();
+        let tier = match served {
+            Served::Ram => metrics::RAM,
+            Served::Disk => metrics::DISK,
+            Served::Fetched | Served::Joined => metrics::ORIGIN,
+        };
+        if served != Served::Ram {
+            m.misses.get_or_create(&metrics::RAM).inc();
+        }
+        if has_disk && matches!(served, Served::Fetched | Served::Joined) {
+            m.misses.get_or_create(&metrics::DISK).inc();
+        }
+        if matches!(served, Served::Ram | Served::Disk) {
+            m.hits.get_or_create(&tier).inc();
+        }
+        if served == Served::Joined {
+            m.coalesced_waits.inc();
+        }
+        m.bytes_served.get_or_create(&tier).inc_by(bytes);
+    }
+
+    /// Whether every node block of `start..end` is in RAM or on disk now.
+    pub async fn cached(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        start: u64,
+        end: u64,
+    ) -> bool {
+        if end <= start {
+            return true;
+        }
+        let policy = self.policy(bucket, key);
+        if !policy.cache {
+            return false;
+        }
+        let bs = policy.block_size;
+        for i in start / bs..=(end - 1) / bs {
+            let bk = Self::block_key(bucket, key, &meta.etag, i, bs);
+            if !self.tiers.cached(&bk).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Opens node block `index` of `meta`'s version on the tiers: held, or its
+    /// fetch (from the origin, or upstream on a gateway) started or joined.
+    async fn open_block(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        (index, bs): (u64, u64),
+        via: Via,
+    ) -> Block<NodeError> {
+        let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
+        let forward = self.source.forwards(via, bucket, key, index * bs);
+        let fill = self.policy(bucket, key).cache;
+        let (source, meta, bk2) = (self.source.clone(), meta.clone(), bk.clone());
+        self.tiers
+            .open(bk, forward, fill, move |g| async move {
+                source.fetch(&bk2, &meta, forward, via, &g).await
+            })
+            .await
+    }
+
+    /// One whole node block as a stream: from a tier at once, else cut through
+    /// as it arrives. Errors about the object (412, 404) come before the stream
+    /// does; a fetch someone else started that failed for a passing reason is
+    /// tried afresh once.
+    async fn block_stream(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        (index, bs): (u64, u64),
+        via: Via,
+    ) -> Result<BlockStream, NodeError> {
+        let want = ((index + 1) * bs).min(meta.size).saturating_sub(index * bs);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (g, served) = match self.open_block(bucket, key, meta, (index, bs), via).await {
+                Block::Held(b, served) => {
+                    self.count(served, b.len() as u64);
+                    return Ok(Box::pin(stream::once(async { Ok(b) })));
+                }
+                Block::Arriving(g, served) => (g, served),
+            };
+            let started = tokio::time::timeout(WAIT_LIMIT, g.started())
+                .await
+                .map_err(|_| NodeError::WaitedTooLong(WAIT_LIMIT))?;
+            match started.map_err(NodeError::from) {
+                Ok(()) => {
+                    self.count(served, want);
+                    return Ok(Box::pin(g.stream().map(|c| c.map_err(NodeError::from))));
+                }
+                // A follower whose leader failed for a passing reason fetches
+                // afresh once.
+                Err(e) if tries < 2 && served == Served::Joined && e.is_retryable() => continue,
+                Err(e) => return Err(self.gone_if(bucket, key, e).await),
+            }
+        }
+    }
+
+    /// A small read deep inside a block the tiers lack: just `start..end` from the
+    /// origin beside the block's own fetch (which goes on, fills the tiers, and
+    /// answers the next reader), so the answer comes at the origin's first byte.
+    /// `None` when the ordinary path answers as soon: a tier holds the block, the
+    /// fetch in flight already has the bytes, this node forwards its misses, or
+    /// the side request failed (then the block's stream serves it).
+    async fn side_read(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        (index, bs): (u64, u64),
+        (start, end): (u64, u64),
+        via: Via,
+    ) -> Result<Option<BlockStream>, NodeError> {
+        if self.source.upstream.is_some() || !self.policy(bucket, key).cache {
+            return Ok(None);
+        }
+        let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
+        let off = bk.start();
+        if let Some((b, served)) = self.tiers.lookup(&bk).await {
+            self.count(served, b.len() as u64);
+            let hi = ((end - off) as usize).min(b.len());
+            let part = b.slice(((start - off) as usize).min(hi)..hi);
+            return Ok(Some(Box::pin(stream::once(async { Ok(part) }))));
+        }
+        let arrived = self.tiers.arriving(&bk, &false).map(|g| g.len());
+        if arrived.is_some_and(|n| off + n >= end) {
+            return Ok(None);
+        }
+        // The block's fetch starts (or is joined) either way; its stream is not
+        // needed when the side request answers.
+        let (block, side) = tokio::join!(
+            self.block_stream(bucket, key, meta, (index, bs), via),
+            self.source.side_read(bucket, key, meta, (start, end))
+        );
+        drop(block?);
+        Ok(side.map(|resp| {
+            let me = self.clone();
+            Box::pin(resp.body.map(move |c| {
+                let c = c.map_err(NodeError::from)?;
+                me.metrics.origin_bytes.inc_by(c.len() as u64);
+                Ok(c)
+            })) as BlockStream
+        }))
+    }
+
+    /// Bytes `start..end` of `meta`'s version as a stream of slices of whole blocks,
+    /// a cold block's bytes as they arrive (cut-through). The first block is
+    /// started before this returns, so an error about the object (412, 404) is an
+    /// answer rather than a cut-off body.
+    pub async fn read(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        start: u64,
+        end: u64,
+        via: Via,
+    ) -> Result<SyncStream<BlockStream>, NodeError> {
+        let bs = self.policy(bucket, key).block_size;
+        let (first, last) = if end > start {
+            (start / bs, (end - 1) / bs)
+        } else {
+            (1, 0)
+        };
+        if first == last && end - start <= SIDE_READ_MAX && start >= first * bs + SIDE_READ_DEPTH {
+            let side = self
+                .side_read(bucket, key, meta, (first, bs), (start, end), via)
+                .await?;
+            if let Some(s) = side {
+                return Ok(SyncStream::new(s));
+            }
+        }
+        let head = if first <= last {
+            Some(
+                self.block_stream(bucket, key, meta, (first, bs), via)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        // The part of block `index` in `start..end`, taken from its chunks.
+        let clip = move |index: u64, s: BlockStream| {
+            let off = index * bs;
+            let lo = start.saturating_sub(off);
+            let hi = end - off;
+            s.scan(0u64, move |at, c| {
+                // Past the range: stop here rather than wait out the block.
+                if *at >= hi {
+                    return std::future::ready(None);
+                }
+                let out = c.map(|c| {
+                    let (c_lo, c_hi) = (*at, *at + c.len() as u64);
+                    *at = c_hi;
+                    let (a, b) = (lo.clamp(c_lo, c_hi), hi.clamp(c_lo, c_hi));
+                    c.slice((a - c_lo) as usize..(b - c_lo) as usize)
+                });
+                std::future::ready(Some(out))
+            })
+            .filter(|c| std::future::ready(!matches!(c, Ok(b) if b.is_empty())))
+        };
+        let me = self.clone();
+        let (bucket, key, meta) = (bucket.to_owned(), key.to_owned(), meta.clone());
+        let rest = stream::iter(first + 1..=last)
+            .map(move |i| {
+                let (me, bucket, key, meta) =
+                    (me.clone(), bucket.clone(), key.clone(), meta.clone());
+                async move {
+                    me.block_stream(&bucket, &key, &meta, (i, bs), via)
+                        .await
+                        .map(|s| (i, s))
+                }
+            })
+            .buffered(PREFETCH)
+            .flat_map(move |r| -> BlockStream {
+                match r {
+                    Ok((i, s)) => Box::pin(clip(i, s)),
+                    Err(e) => Box::pin(stream::once(async { Err(e) })),
+                }
+            });
+        let head = stream::iter(head.map(move |s| clip(first, s))).flatten();
+        Ok(SyncStream::new(Box::pin(head.chain(rest))))
+    }
+}
+
+/// s3s wants `Sync` body streams; a stream polled from one task at a time is safely
+/// shared behind a mutex.
+pub struct SyncStream<S>(std::sync::Mutex<std::pin::Pin<Box<S>>>);
+
+impl<S> SyncStream<S> {
+    pub fn new(s: S) -> Self {
+        Self(std::sync::Mutex::new(Box::pin(s)))
+    }
+}
+
+impl<S: Stream> Stream for SyncStream<S> {
+    type Item = S::Item;
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.lock().unwrap().as_mut().poll_next(cx)
+    }
+}
