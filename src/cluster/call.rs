@@ -1,4 +1,4 @@
-//! One request to one node: the only way the reader talks to nodes.
+//! [`NodeCalls`]: one request to one node, the only way the reader talks to nodes.
 //!
 //! Each call is counted, held in flight against the node's load, and bounded by
 //! the cluster's first-byte and body-stall deadlines here (whatever the node's
@@ -6,16 +6,29 @@
 //! node's breaker, a node that cannot be reached or stays silent is marked down,
 //! one that answers with failures counts toward its breaker.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::metrics::{Fallback, NodeLabel};
-use super::reader::ClusterReader;
-use crate::log_limit::more;
+use super::metrics::{ClusterMetrics, Fallback, NodeLabel};
+use super::nodes::Nodes;
+use crate::config::Timeouts;
+use crate::log_limit::{more, LogLimit};
 use crate::node_proto;
-use crate::route::NodeHandle;
+use crate::route::{NodeHandle, Router};
 use crate::store::{collect, stall_guard, Deadline, GetObject, ObjectMeta, StoreError};
+
+/// The nodes, the client's view of each (load, latency, breaker, down), and the
+/// deadlines every call to one of them is held to.
+pub(crate) struct NodeCalls {
+    pub router: Arc<Router>,
+    pub nodes: Arc<dyn Nodes>,
+    pub timeouts: Timeouts,
+    pub metrics: Arc<ClusterMetrics>,
+    /// Node failures are logged at most once a second: a dead node must not flood.
+    pub failure_log: LogLimit,
+}
 
 /// The fallback cause a failed node request stands for.
 pub(crate) fn cause_of(e: &StoreError) -> Fallback {
@@ -37,7 +50,7 @@ pub(crate) fn cause_of(e: &StoreError) -> Fallback {
     }
 }
 
-impl ClusterReader {
+impl NodeCalls {
     /// A GET of `req` from `node`, collected.
     pub(crate) async fn node_get(
         &self,
@@ -45,7 +58,7 @@ impl ClusterReader {
         req: &GetObject,
     ) -> Result<(Bytes, ObjectMeta), StoreError> {
         let store = self.nodes.store(node.id());
-        let timeouts = self.cluster.timeouts;
+        let timeouts = self.timeouts;
         let _inflight = self.begin(node);
         let t0 = Instant::now();
         let r = async {
@@ -69,7 +82,7 @@ impl ClusterReader {
         req: &GetObject,
     ) -> Result<ObjectMeta, StoreError> {
         let store = self.nodes.store(node.id());
-        let deadline = self.cluster.timeouts.first_byte;
+        let deadline = self.timeouts.first_byte;
         let _inflight = self.begin(node);
         let r = tokio::time::timeout(deadline, store.head(req))
             .await

@@ -1,4 +1,5 @@
-//! One block from the cluster: owner, failover, hedge, origin fallback.
+//! [`Fetcher`]: one block from the cluster: owner, failover, hedge, origin
+//! fallback.
 //!
 //! The owner is asked first. A failure is retried once on the next ranked node; a
 //! slow owner is hedged (a cached-only request to the next node, within the hedge
@@ -6,13 +7,14 @@
 //! dropped. Only one extra node is ever asked. When nothing answers, the origin
 //! does, and the cause is counted.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 
-use super::call::cause_of;
-use super::metrics::{self, Fallback};
-use super::reader::ClusterReader;
+use super::call::{cause_of, NodeCalls};
+use super::metrics::{self, ClusterMetrics, Fallback};
 use crate::node_proto;
 use crate::route::state::NoNode;
 use crate::route::{BlockId, NodeHandle};
@@ -27,7 +29,16 @@ pub(crate) enum Source {
 
 pub(crate) type Fetched = (Bytes, ObjectMeta, Source);
 
-impl ClusterReader {
+/// The nodes, and the origin every request falls back to.
+pub(crate) struct Fetcher {
+    pub calls: NodeCalls,
+    pub origin: Arc<dyn crate::store::ObjectStore>,
+    /// Requests per origin read (a body cut off midway is resumed).
+    pub origin_attempts: u32,
+    pub metrics: Arc<ClusterMetrics>,
+}
+
+impl Fetcher {
     /// Fetches `req` (one block range of `bucket/key`, block `index`) through the
     /// cluster, falling back to the origin.
     pub(crate) async fn routed(&self, req: GetObject, index: u64) -> Result<Fetched, StoreError> {
@@ -36,15 +47,15 @@ impl ClusterReader {
             key: &req.key,
             index,
         };
-        let pick = match self.router.pick(&block) {
+        let pick = match self.calls.router.pick(&block) {
             Ok(p) => p,
             Err(NoNode::Empty) => return self.read_origin(&req, Fallback::NoNodes).await,
-            Err(NoNode::AllDown) if self.router.membership().zone().is_some() => {
+            Err(NoNode::AllDown) if self.calls.router.membership().zone().is_some() => {
                 return self.read_origin(&req, Fallback::ZoneDown).await
             }
             Err(NoNode::AllDown) => return self.read_origin(&req, Fallback::Down).await,
         };
-        let hedge_delay = self.router.hedge_delay(&pick.node);
+        let hedge_delay = self.calls.router.hedge_delay(&pick.node);
         let mut next = pick.alternates.into_iter();
         let mut running = FuturesUnordered::new();
         running.push(self.attempt(pick.node, req.clone(), false));
@@ -89,7 +100,7 @@ impl ClusterReader {
                 _ = &mut hedge, if !hedge_considered && !extra_used => {
                     hedge_considered = true;
                     if let Some(n) = next.as_slice().first().cloned() {
-                        if self.router.allow_hedge() {
+                        if self.calls.router.allow_hedge() {
                             next.next();
                             extra_used = true;
                             self.metrics.hedges_sent.inc();
@@ -111,7 +122,7 @@ impl ClusterReader {
         req: GetObject,
         hedged: bool,
     ) -> (bool, Result<(Bytes, ObjectMeta), StoreError>) {
-        (hedged, self.node_get(&node, &req).await)
+        (hedged, self.calls.node_get(&node, &req).await)
     }
 
     pub(crate) async fn read_origin(

@@ -1,4 +1,5 @@
-//! [`Handle`]: one object version, open for reading.
+//! [`Handle`]: one object version, open for reading, and the ways a reader opens
+//! one.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -9,6 +10,55 @@ use futures_util::{stream, Stream, StreamExt, TryStreamExt};
 use super::error::ReadError;
 use super::reader::ClusterReader;
 use crate::store::ObjectMeta;
+
+impl ClusterReader {
+    /// Opens `bucket/key` pinned to one version: `known` (from a listing or an
+    /// earlier HEAD), or whatever the first block's answer says.
+    pub async fn open(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        known: Option<ObjectMeta>,
+    ) -> Result<Handle, ReadError> {
+        self.open_hop(bucket, key, known, None, 0).await
+    }
+
+    /// [`Self::open`] for a gateway forwarding a request that already passed
+    /// through `hops` nodes: its node requests carry `hops + 1`. Without `known`,
+    /// the version is learned through the cluster, pinned to `if_match` if given.
+    pub async fn open_forwarded(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        known: Option<ObjectMeta>,
+        if_match: Option<&str>,
+        hops: u32,
+    ) -> Result<Handle, ReadError> {
+        self.open_hop(bucket, key, known, if_match, hops + 1).await
+    }
+
+    async fn open_hop(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        known: Option<ObjectMeta>,
+        if_match: Option<&str>,
+        hop: u32,
+    ) -> Result<Handle, ReadError> {
+        let meta = match known {
+            Some(m) => m,
+            None => self.learn(bucket, key, hop, if_match).await?,
+        };
+        Ok(Handle::new(HandleInner {
+            reader: self.clone(),
+            bucket: bucket.into(),
+            key: key.into(),
+            meta,
+            hop,
+            stale: Default::default(),
+        }))
+    }
+}
 
 pub(crate) struct HandleInner {
     pub reader: Arc<ClusterReader>,

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 
 use super::error::ReadError;
-use super::handle::{Handle, HandleInner};
+use super::call::NodeCalls;
+use super::fetch::Fetcher;
 use super::metrics::{self, ClusterMetrics, Fallback};
 use super::nodes::{Nodes, S3Nodes};
 use crate::blocks::{BlockKey, Served, Tiers};
@@ -61,22 +62,26 @@ pub struct ReaderParts {
 }
 
 pub struct ClusterReader {
-    pub(crate) router: Arc<Router>,
-    pub(crate) origin: Arc<dyn ObjectStore>,
-    pub(crate) origin_attempts: u32,
-    pub(crate) cluster: ClusterConfig,
-    pub(crate) nodes: Arc<dyn Nodes>,
+    /// Owners, failover, hedging, and the origin behind them.
+    fetcher: Fetcher,
+    cluster: ClusterConfig,
+    /// The client's RAM tier (and a mount's disk tier), with one flight per block.
     tiers: Tiers<(), ReadError>,
-    inflight: Arc<Semaphore>,
-    inflight_limit: usize,
-    queue_wait: Option<Duration>,
-    pub metrics: ClusterMetrics,
-    /// Node failures are logged at most once a second: a dead node must not flood.
-    pub(crate) failure_log: LogLimit,
+    budget: Budget,
+    pub metrics: Arc<ClusterMetrics>,
     /// Objects seen to change recently: the next open asks the origin first, since
     /// nodes may still hold the old version's ETag for `revalidate_after`.
     changed: Mutex<HashMap<(String, String), Instant>>,
     _refresh: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How many blocks all fetches together may have in flight, and how long one
+/// waits for a slot before it reads the origin instead (a gateway sheds; a mount,
+/// with no bound, waits: backpressure).
+struct Budget {
+    slots: Arc<Semaphore>,
+    limit: usize,
+    queue_wait: Option<Duration>,
 }
 
 impl ClusterReader {
@@ -108,30 +113,40 @@ impl ClusterReader {
             .max_inflight_blocks
             .unwrap_or(p.cluster.read_window * 8)
             .max(1);
+        let metrics = Arc::new(ClusterMetrics::default());
         Arc::new(ClusterReader {
-            router,
-            origin: p.origin,
-            origin_attempts: p.origin_attempts,
+            fetcher: Fetcher {
+                calls: NodeCalls {
+                    router,
+                    nodes: p.nodes,
+                    timeouts: p.cluster.timeouts,
+                    metrics: metrics.clone(),
+                    failure_log: LogLimit::new(Duration::from_secs(1)),
+                },
+                origin: p.origin,
+                origin_attempts: p.origin_attempts,
+                metrics: metrics.clone(),
+            },
             cluster: p.cluster,
-            nodes: p.nodes,
             tiers: Tiers::new(opts.ram_bytes, block_size, opts.disk.clone()),
-            inflight: Arc::new(Semaphore::new(limit)),
-            inflight_limit: limit,
-            queue_wait: opts.queue_wait,
-            metrics: ClusterMetrics::default(),
-            failure_log: LogLimit::new(Duration::from_secs(1)),
+            budget: Budget {
+                slots: Arc::new(Semaphore::new(limit)),
+                limit,
+                queue_wait: opts.queue_wait,
+            },
+            metrics,
             changed: Mutex::new(HashMap::new()),
             _refresh: refresh,
         })
     }
 
     pub fn router(&self) -> &Arc<Router> {
-        &self.router
+        &self.fetcher.calls.router
     }
 
     /// The origin every read falls back to.
     pub fn origin(&self) -> &Arc<dyn ObjectStore> {
-        &self.origin
+        &self.fetcher.origin
     }
 
     pub fn block_size(&self) -> u64 {
@@ -144,11 +159,11 @@ impl ClusterReader {
 
     /// Blocks being fetched right now (at most the in-flight budget).
     pub fn inflight_blocks(&self) -> usize {
-        self.inflight_limit - self.inflight.available_permits()
+        self.budget.limit - self.budget.slots.available_permits()
     }
 
     pub fn inflight_limit(&self) -> usize {
-        self.inflight_limit
+        self.budget.limit
     }
 
     pub fn ram_stats(&self) -> crate::blocks::TierStats {
@@ -165,12 +180,12 @@ impl ClusterReader {
         self.metrics
             .disk_capacity_bytes
             .set(d.capacity_bytes as i64);
-        self.metrics.catch_up_router(&self.router.counters);
-        let nodes = self.router.nodes();
+        self.metrics.catch_up_router(&self.router().counters);
+        let nodes = self.router().nodes();
         self.metrics.nodes.set(nodes.len() as i64);
         self.metrics
             .nodes_up
-            .set(nodes.iter().filter(|n| !self.router.is_down(n)).count() as i64);
+            .set(nodes.iter().filter(|n| !self.router().is_down(n)).count() as i64);
     }
 
     fn key(&self, bucket: &str, key: &str, etag: &str, index: u64) -> BlockKey {
@@ -180,53 +195,6 @@ impl ClusterReader {
     fn block_range(&self, index: u64, size: u64) -> ByteRange {
         let bs = self.cluster.block_size;
         ByteRange::span(index * bs, ((index + 1) * bs).min(size))
-    }
-
-    /// Opens `bucket/key` pinned to one version: `known` (from a listing or an
-    /// earlier HEAD), or whatever the first block's answer says.
-    pub async fn open(
-        self: &Arc<Self>,
-        bucket: &str,
-        key: &str,
-        known: Option<ObjectMeta>,
-    ) -> Result<Handle, ReadError> {
-        self.open_hop(bucket, key, known, None, 0).await
-    }
-
-    /// [`Self::open`] for a gateway forwarding a request that already passed
-    /// through `hops` nodes: its node requests carry `hops + 1`. Without `known`,
-    /// the version is learned through the cluster, pinned to `if_match` if given.
-    pub async fn open_forwarded(
-        self: &Arc<Self>,
-        bucket: &str,
-        key: &str,
-        known: Option<ObjectMeta>,
-        if_match: Option<&str>,
-        hops: u32,
-    ) -> Result<Handle, ReadError> {
-        self.open_hop(bucket, key, known, if_match, hops + 1).await
-    }
-
-    async fn open_hop(
-        self: &Arc<Self>,
-        bucket: &str,
-        key: &str,
-        known: Option<ObjectMeta>,
-        if_match: Option<&str>,
-        hop: u32,
-    ) -> Result<Handle, ReadError> {
-        let meta = match known {
-            Some(m) => m,
-            None => self.learn(bucket, key, hop, if_match).await?,
-        };
-        Ok(Handle::new(HandleInner {
-            reader: self.clone(),
-            bucket: bucket.into(),
-            key: key.into(),
-            meta,
-            hop,
-            stale: Default::default(),
-        }))
     }
 
     /// The version of `bucket/key` as the owner of its block 0 knows it, for a
@@ -246,11 +214,11 @@ impl ClusterReader {
             key,
             index: 0,
         };
-        let cause = match self.router.pick(&block) {
+        let cause = match self.router().pick(&block) {
             Ok(pick) => {
                 let mut hreq = req.clone();
                 node_proto::set_hop(&mut hreq, hops + 1);
-                match self.node_head(&pick.node, &hreq).await {
+                match self.fetcher.calls.node_head(&pick.node, &hreq).await {
                     Ok(meta) => return Ok(meta),
                     Err(e) if e.is_answer() => return Err(e),
                     Err(_) => Fallback::Error,
@@ -260,11 +228,11 @@ impl ClusterReader {
             Err(crate::route::state::NoNode::AllDown) => Fallback::Down,
         };
         self.metrics.fallbacks.get_or_create(&cause.label()).inc();
-        self.origin.head(&req).await
+        self.fetcher.origin.head(&req).await
     }
 
     /// Learns size and ETag by fetching block 0 through the cluster (keeping it).
-    async fn learn(
+    pub(crate) async fn learn(
         &self,
         bucket: &str,
         key: &str,
@@ -276,7 +244,7 @@ impl ClusterReader {
         let mut head = GetObject::new(bucket, key);
         head.if_match = if_match.map(str::to_owned);
         if changed {
-            return Ok(self.origin.head(&head).await?);
+            return Ok(self.fetcher.origin.head(&head).await?);
         }
         let bs = self.cluster.block_size;
         let mut req = head.clone().range(ByteRange::From {
@@ -284,16 +252,16 @@ impl ClusterReader {
             last: Some(bs - 1),
         });
         node_proto::set_hop(&mut req, hop);
-        match self.routed(req, 0).await {
+        match self.fetcher.routed(req, 0).await {
             Ok((bytes, meta, source)) => {
-                self.count(source, bytes.len());
+                self.fetcher.count(source, bytes.len());
                 self.tiers
                     .fill(self.key(bucket, key, &meta.etag, 0), bytes)
                     .await;
                 Ok(meta)
             }
             // An empty object has no byte 0.
-            Err(StoreError::InvalidRange { .. }) => Ok(self.origin.head(&head).await?),
+            Err(StoreError::InvalidRange { .. }) => Ok(self.fetcher.origin.head(&head).await?),
             Err(e) => Err(e.into()),
         }
     }
@@ -317,17 +285,17 @@ impl ClusterReader {
         let fetch = async move {
             // Bound the memory of all fetches together.
             let t0 = Instant::now();
-            let permit = me.inflight.clone().acquire_owned();
-            let permit = match me.queue_wait {
+            let permit = me.budget.slots.clone().acquire_owned();
+            let permit = match me.budget.queue_wait {
                 None => Some(permit.await),
                 Some(limit) => tokio::time::timeout(limit, permit).await.ok(),
             };
             me.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
             let fetched = match permit {
-                Some(_permit) => me.routed(req.clone(), index).await,
+                Some(_permit) => me.fetcher.routed(req.clone(), index).await,
                 // Every slot is taken for longer than the bound: queueing behind
                 // them would only add latency, so read the origin now.
-                None => me.read_origin(&req, Fallback::Shed).await,
+                None => me.fetcher.read_origin(&req, Fallback::Shed).await,
             };
             let stale = || ReadError::Stale {
                 bucket: req.bucket.clone(),
@@ -338,7 +306,7 @@ impl ClusterReader {
                 // versions.
                 Ok((_, got, _)) if got.etag != want => Err(stale()),
                 Ok((bytes, _, source)) => {
-                    me.count(source, bytes.len());
+                    me.fetcher.count(source, bytes.len());
                     Ok(bytes)
                 }
                 Err(StoreError::PreconditionFailed { .. }) => Err(stale()),
@@ -393,14 +361,14 @@ impl ClusterReader {
             .range(ByteRange::span(start, end))
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
-        let _permit = self.inflight.clone().acquire_owned().await;
-        match self.routed(req, index).await {
+        let _permit = self.budget.slots.clone().acquire_owned().await;
+        match self.fetcher.routed(req, index).await {
             Ok((_, got, _)) if got.etag != meta.etag => Err(ReadError::Stale {
                 bucket: bucket.to_owned(),
                 key: key.to_owned(),
             }),
             Ok((bytes, _, source)) => {
-                self.count(source, bytes.len());
+                self.fetcher.count(source, bytes.len());
                 Ok(bytes)
             }
             Err(StoreError::PreconditionFailed { .. }) => Err(ReadError::Stale {
@@ -422,7 +390,7 @@ impl ClusterReader {
 
     /// Resolves a DNS membership once now (a static one is ready already).
     pub async fn membership_ready(&self) {
-        if let Err(e) = self.router.membership().refresh().await {
+        if let Err(e) = self.router().membership().refresh().await {
             tracing::warn!("cannot resolve the cluster's DNS name: {e}");
         }
     }
@@ -449,7 +417,7 @@ impl ClusterReader {
         index: u64,
     ) -> Result<(Warmed, String), ReadError> {
         let block = crate::route::BlockId { bucket, key, index };
-        let pick = self.router.pick(&block).map_err(|why| {
+        let pick = self.router().pick(&block).map_err(|why| {
             ReadError::NoNode(match why {
                 crate::route::state::NoNode::Empty => "the cluster has no nodes",
                 crate::route::state::NoNode::AllDown => "every node is down",
@@ -459,11 +427,12 @@ impl ClusterReader {
             .range(self.block_range(index, meta.size))
             .if_match(&meta.etag);
         node_proto::set_cached_only(&mut req, true);
-        let outcome = match self.node_get(&pick.node, &req).await {
+        let calls = &self.fetcher.calls;
+        let outcome = match calls.node_get(&pick.node, &req).await {
             Ok(_) => Warmed::AlreadyWarm,
             Err(e) if node_proto::is_not_cached(&e) => {
                 node_proto::set_cached_only(&mut req, false);
-                self.node_get(&pick.node, &req).await?;
+                calls.node_get(&pick.node, &req).await?;
                 Warmed::Fetched
             }
             Err(e) => return Err(e.into()),
