@@ -10,8 +10,6 @@
 pub mod api;
 pub mod connections;
 pub mod fanout;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod metrics;
 pub mod node;
 pub mod rules;

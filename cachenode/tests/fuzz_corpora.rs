@@ -4,6 +4,10 @@
 
 use std::path::PathBuf;
 
+#[path = "../../fuzz/src/lib.rs"]
+#[allow(dead_code)]
+mod entries;
+
 fn replay(target: &str, run: fn(&[u8])) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../fuzz/corpus")
@@ -31,30 +35,30 @@ fn replay(target: &str, run: fn(&[u8])) {
 
 #[test]
 fn range() {
-    replay("range", shoal_node::fuzzing::range);
+    replay("range", entries::range);
 }
 
 #[test]
 fn disk_block() {
-    replay("disk_block", shoal_node::fuzzing::disk_block);
+    replay("disk_block", entries::disk_block);
 }
 
 #[test]
 fn config() {
-    replay("config", shoal_node::fuzzing::config);
+    replay("config", entries::config);
 }
 
 #[test]
 fn list_xml() {
-    replay("list_xml", shoal_node::fuzzing::list_xml);
+    replay("list_xml", entries::list_xml);
 }
 
 #[test]
 fn request() {
-    replay("request", shoal_node::fuzzing::request);
+    replay("request", entries::request);
 }
 
 #[test]
 fn sigv4() {
-    replay("sigv4", shoal_node::fuzzing::sigv4);
+    replay("sigv4", entries::sigv4);
 }

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shoal_node::fuzzing::range(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| shoal_fuzz::range(data));

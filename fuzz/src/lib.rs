@@ -1,5 +1,6 @@
-//! Entry points for the fuzz targets in `fuzz/` and for the test that replays their
-//! corpora (`tests/fuzz_corpora.rs`), so both run exactly the same code.
+//! Entry points for the fuzz targets in `fuzz_targets/` and for the test that
+//! replays their corpora (`cachenode/tests/fuzz_corpora.rs` includes this file),
+//! so both run exactly the same code, and none of it ships in the node.
 //!
 //! Each takes arbitrary bytes, must never panic, and checks what a parse promises
 //! when it succeeds (a span inside the object, a header inside the file, ...).
@@ -22,7 +23,7 @@ pub fn range(data: &[u8]) {
     };
     if let Ok(r) = s3s::dto::Range::parse(text) {
         for size in [0u64, 1, 4096, 1 << 20, u64::MAX] {
-            if let Ok((start, end, cr)) = crate::api::byte_span(&r, size) {
+            if let Ok((start, end, cr)) = shoal_node::api::byte_span(&r, size) {
                 assert!(start < end && end <= size, "{text:?} on {size}");
                 assert_eq!(parse::content_range(&cr), Some((start, end, size)));
             }
@@ -75,7 +76,7 @@ pub fn config(data: &[u8]) {
         let _ = cfg.cluster();
         // A node's background tasks (fan-out, DNS refresh) need a runtime.
         let n = node();
-        let _ = n.rt.block_on(async { crate::build(&cfg, None).map(drop) });
+        let _ = n.rt.block_on(async { shoal_node::build(&cfg, None).map(drop) });
     }
 }
 
@@ -91,10 +92,10 @@ pub fn list_xml(data: &[u8]) {
 
 struct Fuzzed {
     rt: tokio::runtime::Runtime,
-    app: Arc<crate::App>,
+    app: Arc<shoal_node::App>,
     /// Open (no auth), with caching rules: fuzzed requests reach the handlers
     /// here, not just the signature check.
-    open: Arc<crate::App>,
+    open: Arc<shoal_node::App>,
 }
 
 /// One node with SigV4 keys, built once per process. Its origin is a closed port,
@@ -124,7 +125,7 @@ secret_access_key = "{NODE_SECRET}"
             .build()
             .expect("runtime");
         let app = rt
-            .block_on(async { crate::build(&cfg, None) })
+            .block_on(async { shoal_node::build(&cfg, None) })
             .expect("fuzz node")
             .0;
         let open_toml = r#"[origin]
@@ -143,7 +144,7 @@ ttl = "1s"
 "#;
         let open_cfg = Config::parse(open_toml, "fuzz-open.toml", &NoEnv).expect("open config");
         let open = rt
-            .block_on(async { crate::build(&open_cfg, None) })
+            .block_on(async { shoal_node::build(&open_cfg, None) })
             .expect("open fuzz node")
             .0;
         Fuzzed { rt, app, open }
