@@ -76,7 +76,8 @@ pub fn config(data: &[u8]) {
         let _ = cfg.cluster();
         // A node's background tasks (fan-out, DNS refresh) need a runtime.
         let n = node();
-        let _ = n.rt.block_on(async { shoal_node::build(&cfg, None).map(drop) });
+        let _ =
+            n.rt.block_on(async { shoal_node::build(&cfg, None).map(drop) });
     }
 }
 

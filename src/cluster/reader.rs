@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
-use super::error::ReadError;
 use super::call::NodeCalls;
+use super::error::ReadError;
 use super::fetch::Fetcher;
 use super::metrics::{self, ClusterMetrics, Fallback};
 use super::nodes::{Nodes, S3Nodes};

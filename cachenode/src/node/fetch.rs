@@ -135,10 +135,10 @@ impl Source {
         g: &Arriving<NodeError>,
     ) -> Result<(), NodeError> {
         if forward {
-            g.push(self.from_cluster(bk, meta, via).await?);
+            g.push(self.owner_block(bk, meta, via).await?);
             Ok(())
         } else {
-            self.from_origin(bk, Some(meta.size), g).await.map(drop)
+            self.origin_block(bk, Some(meta.size), g).await.map(drop)
         }
     }
 
@@ -146,7 +146,7 @@ impl Source {
     /// the object's size the range is open-ended past the block and the answer's
     /// `Content-Range` says how long the object is; returns what the origin said
     /// of the version.
-    pub async fn from_origin(
+    pub async fn origin_block(
         &self,
         bk: &BlockKey,
         size: Option<u64>,
@@ -173,7 +173,7 @@ impl Source {
     }
 
     /// One node block from its owner through the cluster (a gateway's miss).
-    async fn from_cluster(
+    async fn owner_block(
         &self,
         bk: &BlockKey,
         meta: &ObjectMeta,

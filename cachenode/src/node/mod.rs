@@ -230,7 +230,7 @@ impl Node {
         let block = self
             .tiers
             .flight(bk.clone(), false, true, move |g| async move {
-                let meta = me.source.from_origin(&bk, None, &g).await?;
+                let meta = me.source.origin_block(&bk, None, &g).await?;
                 me.versions.remember(&bk.bucket, &bk.key, &meta);
                 Ok(())
             });

@@ -1,21 +1,28 @@
 //! The filesystem, as async functions over inode numbers: no FUSE types here, so it
 //! is tested without a kernel ([`crate::fuse`] only forwards to it).
 //!
-//! - [`inodes`]: the inode table (paths, attributes, the page-cache version).
-//! - [`namespace`]: directories are `ListObjectsV2` pages with delimiter `/` under
-//!   the mount's prefix, cached for `metadata_ttl` and fetched once however many
-//!   ask; a prefix with keys under it is an implicit directory; a `dir/` marker
-//!   object is the directory itself; a key that is both a file and a prefix shows
-//!   the directory. Keys that cannot be POSIX names are skipped and counted.
-//!   Lookups without a listing, and a negative cache.
-//! - [`handles`]: open files pin the version (ETag) they saw and read through the
-//!   cluster reader; open directories read one listing end to end.
-//! - [`readahead`]: sequential reads grow a window from one cluster block, doubling
-//!   to `read_window`; a random read resets it.
-//! - [`walk`]: entries visited in listing order (files opened, directories opened)
-//!   have the entries after them fetched ahead: a file's first block, a
+//! [`Fs`] holds three things, each its own type, and the cluster reader:
+//! - [`namespace::Namespace`]: the inode table ([`inodes`]), directories as
+//!   `ListObjectsV2` pages with delimiter `/` under the mount's prefix (cached for
+//!   `metadata_ttl`, one listing in flight per directory however many ask; a prefix
+//!   with keys under it is an implicit directory; a `dir/` marker object is the
+//!   directory itself; a key that is both a file and a prefix shows the
+//!   directory; keys that cannot be POSIX names are skipped and counted),
+//!   lookups without a listing, and a negative cache.
+//! - [`handles::Handles`]: open files, each pinned to the version (ETag) its open
+//!   saw and read through the cluster reader, and open directories, each one
+//!   listing read end to end.
+//! - [`walk::Walks`]: entries visited in listing order (files opened, directories
+//!   opened) have the entries after them fetched ahead: a file's first block, a
 //!   directory's listing.
-//! - [`error`]: errno, in one place.
+//!
+//! A read: [`Fs::read`] finds the handle, moves its [`readahead`] (sequential
+//! reads keep blocks in flight from `read_window` up, doubling while throughput
+//! still rises, to the in-flight budget; reads the kernel sends out of order on
+//! its threads stay one run; a random read starts over, keeping the limit
+//! learned), and asks the cluster reader for the bytes: whole blocks for a
+//! sequential run, just the range for a random read inside one block.
+//! Errno lives in one place, [`error`].
 
 mod error;
 mod handles;
@@ -23,103 +30,40 @@ mod inodes;
 pub mod names;
 mod namespace;
 mod readahead;
+mod types;
 mod walk;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
 
-use shoal::blocks::Flights;
+use bytes::Bytes;
 use shoal::cluster::ClusterReader;
-use shoal::store::{ListRequest, ObjectStore, StoreError};
+use shoal::store::StoreError;
 
 pub use error::FsError;
 pub use handles::{DirItem, Opened};
+pub use types::*;
 
-pub const ROOT: u64 = 1;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    File,
-    Dir,
-}
-
-/// What `stat` shows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attr {
-    pub ino: u64,
-    pub kind: Kind,
-    pub size: u64,
-    pub mtime: SystemTime,
-    pub perm: u16,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-#[derive(Clone, Debug)]
-pub struct FsOptions {
-    pub bucket: String,
-    /// Key prefix the mount shows, empty or ending in `/`.
-    pub prefix: String,
-    pub metadata_ttl: Duration,
-    pub negative_ttl: Duration,
-    pub uid: u32,
-    pub gid: u32,
-    pub file_mode: u16,
-    pub dir_mode: u16,
-    /// Most entries of a directory walked in order fetched ahead (a file's first
-    /// block, a directory's listing; 0: none).
-    pub prefetch_files: usize,
-}
-
-#[derive(Clone, Debug)]
-pub struct DirEntry {
-    pub name: String,
-    pub ino: u64,
-    pub kind: Kind,
-}
-
-#[derive(Default, Debug)]
-pub struct FsStats {
-    pub skipped_names: AtomicU64,
-    pub listings: AtomicU64,
-    pub reads: AtomicU64,
-    pub read_bytes: AtomicU64,
-    pub readahead_blocks: AtomicU64,
-    pub prefetched_files: AtomicU64,
-    pub prefetched_listings: AtomicU64,
-    pub stale_reads: AtomicU64,
-}
+use handles::{Handles, OpenFile};
+use namespace::Namespace;
+use readahead::Readahead;
+use walk::Walks;
 
 pub struct Fs {
-    opts: FsOptions,
-    /// Where listings and attributes come from: the reader's origin.
-    origin: Arc<dyn ObjectStore>,
+    opts: Arc<FsOptions>,
+    ns: Arc<Namespace>,
+    handles: Handles,
+    walks: Walks,
     reader: Arc<ClusterReader>,
-    inodes: inodes::Inodes,
-    dirs: Mutex<HashMap<u64, namespace::Listing>>,
-    /// Listings in flight: a walker's own listing joins one fetched ahead for it.
-    listing_flights: Flights<u64, Arc<Vec<DirEntry>>, FsError>,
-    negative: Mutex<HashMap<(u64, String), Instant>>,
-    files: Mutex<HashMap<u64, Arc<handles::OpenFile>>>,
-    /// Open directory handles: one listing each, read end to end, so every entry
-    /// is seen exactly once even if the cache refreshes meanwhile.
-    open_dirs: Mutex<HashMap<u64, handles::OpenDir>>,
-    /// Visit order per directory inode, for read-ahead across its entries.
-    walks: Mutex<HashMap<u64, walk::DirWalk>>,
-    /// Whether files can be fetched ahead: only into a client RAM tier.
-    fetch_blocks: bool,
-    next_fh: AtomicU64,
     /// The mount's own disk tier, when it has one: what it holds whole is
     /// handed to the kernel as a passthrough backing file.
     disk: Option<Arc<shoal::blocks::FileTier>>,
     /// Which inodes the kernel reads through backing files (shared with the FUSE
     /// adapter, which registers them).
-    pub passthrough: crate::passthrough::Passthrough,
+    pub passthrough: Arc<crate::passthrough::Passthrough>,
     /// Archived objects someone tried to open, each logged once.
     archived_told: Mutex<std::collections::HashSet<String>>,
-    pub stats: FsStats,
+    pub stats: Arc<FsStats>,
 }
 
 impl Fs {
@@ -128,23 +72,25 @@ impl Fs {
         reader: Arc<ClusterReader>,
         disk: Option<Arc<shoal::blocks::FileTier>>,
     ) -> Fs {
+        let opts = Arc::new(opts);
+        let stats = Arc::new(FsStats::default());
+        let passthrough = Arc::new(crate::passthrough::Passthrough::default());
+        let ns = Arc::new(Namespace::new(
+            opts.clone(),
+            reader.origin().clone(),
+            passthrough.clone(),
+            stats.clone(),
+        ));
         Fs {
+            walks: Walks::new(ns.clone(), reader.clone(), &opts, stats.clone()),
+            ns,
+            handles: Handles::new(),
             disk,
-            passthrough: Default::default(),
+            passthrough,
             opts,
-            origin: reader.origin().clone(),
-            fetch_blocks: reader.ram_stats().capacity_bytes > 0,
             reader,
-            inodes: inodes::Inodes::new(SystemTime::now()),
-            dirs: Mutex::new(HashMap::new()),
             archived_told: Mutex::new(Default::default()),
-            listing_flights: Flights::default(),
-            negative: Mutex::new(HashMap::new()),
-            files: Mutex::new(HashMap::new()),
-            open_dirs: Mutex::new(HashMap::new()),
-            walks: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            stats: FsStats::default(),
+            stats,
         }
     }
 
@@ -166,26 +112,193 @@ impl Fs {
         &self.reader
     }
 
-    fn full_key(&self, path: &str) -> String {
-        format!("{}{path}", self.opts.prefix)
-    }
-
-    fn new_fh(&self) -> u64 {
-        self.next_fh.fetch_add(1, Relaxed)
-    }
-
     /// Checks that the bucket (and prefix) can be listed: the mount's first request.
     pub async fn check_access(&self) -> Result<(), StoreError> {
-        self.origin
-            .list_page(&ListRequest {
-                bucket: self.opts.bucket.clone(),
-                prefix: self.opts.prefix.clone(),
-                delimiter: Some("/".into()),
-                max_keys: Some(1),
-                ..Default::default()
-            })
-            .await
-            .map(drop)
+        self.ns.check_access().await
+    }
+
+    /// The child `name` of directory `parent`.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr, FsError> {
+        self.ns.lookup(parent, name).await
+    }
+
+    /// Attributes, refreshed from the origin when older than `metadata_ttl`.
+    pub async fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        self.ns.getattr(ino).await
+    }
+
+    pub fn getattr_cached(&self, ino: u64) -> Result<Attr, FsError> {
+        self.ns.getattr_cached(ino)
+    }
+
+    /// The entries of directory `ino`, from the cache or a fresh listing.
+    pub async fn readdir(&self, ino: u64) -> Result<Arc<Vec<DirEntry>>, FsError> {
+        self.ns.readdir(ino).await
+    }
+
+    /// Opens a file, pinning the version it has now.
+    pub async fn open(self: &Arc<Self>, ino: u64) -> Result<Opened, FsError> {
+        let (path, kind) = self.ns.inodes.path(ino)?;
+        if kind != Kind::File {
+            return Err(FsError::IsDir);
+        }
+        let meta = match self.ns.inodes.fresh_meta(ino, self.opts.metadata_ttl) {
+            Some(m) => m,
+            None => self.ns.refresh_file(&path).await?,
+        };
+        if let Some(class) = meta.archived() {
+            let key = self.ns.full_key(&path);
+            if self.archived_told.lock().unwrap().insert(key.clone()) {
+                tracing::warn!(
+                    "s3://{}/{key} is archived ({class}) and not restored: restore it first (aws s3api restore-object), then read it",
+                    self.opts.bucket
+                );
+            }
+            return Err(FsError::Denied(format!("{key} is archived ({class})")));
+        }
+        let handle = self
+            .reader
+            .open(
+                &self.opts.bucket,
+                &self.ns.full_key(&path),
+                Some(meta.clone()),
+            )
+            .await?;
+        self.walks.visit(&path);
+        let (keep_cache, direct_io) = self.ns.inodes.page_cache_mode(ino, &meta.etag);
+        // A file other versions of which are open through the page cache is
+        // read around it, never passed through.
+        let backing = match &self.disk {
+            Some(disk) if !direct_io && self.passthrough.is_on() => {
+                let (disk, bucket, key) = (
+                    disk.clone(),
+                    self.opts.bucket.clone(),
+                    self.ns.full_key(&path),
+                );
+                let (etag, size, bs) = (meta.etag.clone(), meta.size, self.reader.block_size());
+                tokio::task::spawn_blocking(move || disk.whole(&bucket, &key, &etag, bs, size))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        };
+        let fh = self.handles.next();
+        self.handles.add_file(
+            fh,
+            OpenFile {
+                handle,
+                ino,
+                ra: Mutex::new(Readahead::default()),
+            },
+        );
+        Ok(Opened {
+            fh,
+            etag: meta.etag.clone(),
+            backing,
+            keep_cache,
+            direct_io,
+        })
+    }
+
+    /// `size` bytes at `offset` of open file `fh`.
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
+        let f = self.handles.file(fh).ok_or(FsError::BadHandle)?;
+        let bs = self.reader.block_size();
+        let end = (offset + size as u64).min(f.handle.meta().size);
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let base = self.reader.read_window() as u64;
+        let budget = self.reader.inflight_limit() as u64;
+        let (ahead, sequential) = {
+            let mut ra = f.ra.lock().unwrap();
+            let ahead = ra.advance(offset, end, bs, base, budget, std::time::Instant::now());
+            (ahead, ra.sequential())
+        };
+        if let Some((from, count)) = ahead {
+            self.stats.readahead_blocks.fetch_add(count, Relaxed);
+            f.handle.prefetch(from, count);
+        }
+        self.stats.reads.fetch_add(1, Relaxed);
+        let read = if sequential {
+            f.handle.read(offset, end - offset).await
+        } else {
+            f.handle.read_random(offset, end - offset).await
+        };
+        match read {
+            Ok(b) => {
+                self.stats.read_bytes.fetch_add(b.len() as u64, Relaxed);
+                Ok(b)
+            }
+            Err(e) => {
+                let err = FsError::from(e);
+                if let FsError::Stale(why) = &err {
+                    self.stats.stale_reads.fetch_add(1, Relaxed);
+                    self.ns.inodes.forget_version(f.ino);
+                    self.ns.forget_listings();
+                    tracing::warn!(bucket = %self.opts.bucket, key = %f.handle.key(), "read refused: {why}");
+                } else {
+                    tracing::error!(bucket = %self.opts.bucket, key = %f.handle.key(), offset, "read failed: {err}");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles.remove_file(fh);
+    }
+
+    pub fn open_files(&self) -> usize {
+        self.handles.open_files()
+    }
+
+    /// Directory `ino` opened by a reader (`ls`, `find`, `tar`, `os.scandir`): a
+    /// visit in its parent's walk, then a handle on its entries.
+    pub async fn opendir(self: &Arc<Self>, ino: u64) -> Result<u64, FsError> {
+        let walked_into = match self.ns.inodes.path(ino) {
+            Ok((path, Kind::Dir)) => self.walks.visit(&path),
+            _ => false,
+        };
+        if walked_into {
+            self.walks.enter(ino);
+        }
+        let entries = self.ns.readdir(ino).await?;
+        let fh = self.handles.next();
+        self.handles.add_dir(fh, (ino, entries));
+        Ok(fh)
+    }
+
+    /// The entries of open directory `fh` from `offset` on (0 is `.`, 1 is `..`),
+    /// made as they are taken: the kernel takes a buffer's worth at a time.
+    pub fn dir_items(
+        &self,
+        fh: u64,
+        offset: u64,
+    ) -> Result<impl Iterator<Item = DirItem>, FsError> {
+        let (ino, entries) = self.handles.dir(fh).ok_or(FsError::BadHandle)?;
+        let end = entries.len() as u64 + 2;
+        Ok((offset..end).map(move |at| {
+            let (ino, kind, name) = match at {
+                0 => (ino, Kind::Dir, ".".to_owned()),
+                1 => (ino, Kind::Dir, "..".to_owned()),
+                n => {
+                    let e: &DirEntry = &entries[(n - 2) as usize];
+                    (e.ino, e.kind, e.name.clone())
+                }
+            };
+            DirItem {
+                ino,
+                next: at + 1,
+                kind,
+                name,
+            }
+        }))
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.handles.remove_dir(fh);
     }
 }
 

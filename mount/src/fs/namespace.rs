@@ -1,18 +1,22 @@
-//! Directories and names: listings (cached for `metadata_ttl`, one in flight per
-//! directory however many ask), lookups, attributes, and the negative cache.
+//! [`Namespace`]: directories and names. The inode table, listings (cached for
+//! `metadata_ttl`, one in flight per directory however many ask), lookups,
+//! attributes, and the negative cache, all learned from the metadata source.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
-use shoal::store::{GetObject, ListRequest, ObjectMeta, StoreError};
+use shoal::blocks::Flights;
+use shoal::store::{GetObject, ListRequest, ObjectMeta, ObjectStore, StoreError};
 
-use super::{names, Attr, DirEntry, Fs, FsError, Kind};
+use super::inodes::Inodes;
+use super::{names, Attr, DirEntry, FsError, FsOptions, FsStats, Kind};
+use crate::passthrough::Passthrough;
 
-pub(super) struct Listing {
-    pub entries: Arc<Vec<DirEntry>>,
-    pub fetched: Instant,
+struct Listing {
+    entries: Arc<Vec<DirEntry>>,
+    fetched: Instant,
 }
 
 /// The index of `name` in a listing: listings are sorted by name (see `list_dir`).
@@ -20,7 +24,58 @@ pub(super) fn find_entry(entries: &[DirEntry], name: &str) -> Option<usize> {
     entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok()
 }
 
-impl Fs {
+pub(super) struct Namespace {
+    opts: Arc<FsOptions>,
+    /// Where listings and attributes come from.
+    source: Arc<dyn ObjectStore>,
+    pub inodes: Inodes,
+    dirs: Mutex<HashMap<u64, Listing>>,
+    /// Listings in flight: a walker's own listing joins one fetched ahead for it.
+    flights: Flights<u64, Arc<Vec<DirEntry>>, FsError>,
+    negative: Mutex<HashMap<(u64, String), Instant>>,
+    /// Which inodes the kernel reads through backing files: a version change on
+    /// one of them moves the path to a new inode.
+    passthrough: Arc<Passthrough>,
+    stats: Arc<FsStats>,
+}
+
+impl Namespace {
+    pub fn new(
+        opts: Arc<FsOptions>,
+        source: Arc<dyn ObjectStore>,
+        passthrough: Arc<Passthrough>,
+        stats: Arc<FsStats>,
+    ) -> Namespace {
+        Namespace {
+            opts,
+            source,
+            inodes: Inodes::new(SystemTime::now()),
+            dirs: Mutex::new(HashMap::new()),
+            flights: Flights::default(),
+            negative: Mutex::new(HashMap::new()),
+            passthrough,
+            stats,
+        }
+    }
+
+    pub fn full_key(&self, path: &str) -> String {
+        format!("{}{path}", self.opts.prefix)
+    }
+
+    /// Checks that the bucket (and prefix) can be listed: the mount's first request.
+    pub async fn check_access(&self) -> Result<(), StoreError> {
+        self.source
+            .list_page(&ListRequest {
+                bucket: self.opts.bucket.clone(),
+                prefix: self.opts.prefix.clone(),
+                delimiter: Some("/".into()),
+                max_keys: Some(1),
+                ..Default::default()
+            })
+            .await
+            .map(drop)
+    }
+
     pub fn getattr_cached(&self, ino: u64) -> Result<Attr, FsError> {
         self.inodes.attr(ino, &self.opts)
     }
@@ -33,9 +88,10 @@ impl Fs {
         self.getattr_cached(ino)
     }
 
-    pub(super) async fn refresh_file(&self, path: &str) -> Result<ObjectMeta, FsError> {
+    /// The file `path` as the origin has it now.
+    pub async fn refresh_file(&self, path: &str) -> Result<ObjectMeta, FsError> {
         let meta = self
-            .origin
+            .source
             .head(&GetObject::new(&self.opts.bucket, self.full_key(path)))
             .await?;
         let ino = self.intern_file(path, meta.size, &meta.etag, meta.last_modified);
@@ -47,13 +103,7 @@ impl Fs {
     /// kernel reads through a passthrough backing file (which holds the old
     /// version, and which every open of that inode must share) gets the path a
     /// new inode, so the next open reads the new version.
-    fn intern_file(
-        &self,
-        path: &str,
-        size: u64,
-        etag: &str,
-        mtime: Option<std::time::SystemTime>,
-    ) -> u64 {
+    fn intern_file(&self, path: &str, size: u64, etag: &str, mtime: Option<SystemTime>) -> u64 {
         self.inodes
             .renumber_if_changed(path, etag, |old| self.passthrough.has_backing(old));
         self.inodes
@@ -71,7 +121,7 @@ impl Fs {
         }
         let me = self.clone();
         let (r, _) = self
-            .listing_flights
+            .flights
             .run(ino, async move {
                 // A flight that ended since the check above left its listing here.
                 if let Some(entries) = me.fresh_listing(ino) {
@@ -91,7 +141,7 @@ impl Fs {
         r.map_err(FsError::from)
     }
 
-    pub(super) fn fresh_listing(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
+    pub fn fresh_listing(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
         self.dirs
             .lock()
             .unwrap()
@@ -100,7 +150,7 @@ impl Fs {
     }
 
     /// Drops every cached listing (an object changed under one of them).
-    pub(super) fn forget_listings(&self) {
+    pub fn forget_listings(&self) {
         self.dirs.lock().unwrap().clear();
     }
 
@@ -114,7 +164,7 @@ impl Fs {
         };
         let mut by_name: BTreeMap<String, DirEntry> = BTreeMap::new();
         loop {
-            let page = self.origin.list_page(&req).await?;
+            let page = self.source.list_page(&req).await?;
             self.stats.listings.fetch_add(1, Relaxed);
             for cp in &page.common_prefixes {
                 let name = cp[dir_key.len()..].trim_end_matches('/');
@@ -210,7 +260,7 @@ impl Fs {
             ..Default::default()
         };
         let head = GetObject::new(&self.opts.bucket, self.full_key(&file_path));
-        let (dir, file) = tokio::join!(self.origin.list_page(&probe), self.origin.head(&head));
+        let (dir, file) = tokio::join!(self.source.list_page(&probe), self.source.head(&head));
         let dir = dir?;
         if !dir.objects.is_empty() || !dir.common_prefixes.is_empty() {
             let ino = self.inodes.intern(&dir_path, Kind::Dir, None);

@@ -1,17 +1,61 @@
-//! The filesystem without a kernel, against the real local origin.
+//! The filesystem without a kernel or a network: the cluster reader over an
+//! in-memory origin behind a fault switchboard.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal::cluster::{ClusterReader, ReaderOptions};
-use shoal_testkit::Origin;
+use shoal::cluster::{ClusterReader, ReaderOptions, ReaderParts};
+use shoal::config::ClusterConfig;
+use shoal::route::{Membership, TokioClock};
+use shoal::store::faults::{Fault, FaultStore};
+use shoal::store::memory::MemoryStore;
+use shoal::store::ObjectStore;
 
 use super::*;
 
+/// The origin double, and what it was asked since the last [`Origin::reset`].
+struct Origin {
+    store: Arc<FaultStore<MemoryStore>>,
+    mark: std::sync::Mutex<(u64, u64, u64)>,
+}
+
+impl Origin {
+    fn put(&self, bucket: &str, key: &str, data: impl Into<Bytes>) {
+        self.store.inner().put(bucket, key, data);
+    }
+    /// S3-like latency before every answer.
+    fn delay(&self, ms: u64) {
+        self.store
+            .always(Some(Fault::Delay(Duration::from_millis(ms))));
+    }
+    fn reset(&self) {
+        *self.mark.lock().unwrap() = self.store.inner().counts();
+    }
+    /// Object GETs since the last reset.
+    fn gets(&self) -> u64 {
+        self.store.inner().counts().0 - self.mark.lock().unwrap().0
+    }
+    /// Listings since the last reset.
+    fn lists(&self) -> u64 {
+        self.store.inner().counts().2 - self.mark.lock().unwrap().2
+    }
+}
+
 async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
-    let origin = shoal_testkit::origin().await;
-    let client = shoal_testkit::origin_client(&origin);
-    let reader = ClusterReader::new(client, None, ReaderOptions::default());
+    let store = Arc::new(FaultStore::new(MemoryStore::new("origin", &["shoal-test"])));
+    let cluster = ClusterConfig::standalone();
+    let reader = ClusterReader::from_parts(
+        ReaderParts {
+            origin: store.clone() as Arc<dyn ObjectStore>,
+            origin_attempts: 3,
+            membership: Membership::from_config(&cluster),
+            cluster,
+            nodes: Arc::new(HashMap::<String, Arc<dyn ObjectStore>>::new()),
+            clock: Arc::new(TokioClock),
+        },
+        ReaderOptions::default(),
+    );
     let fs = Fs::new(
         FsOptions {
             bucket: "shoal-test".into(),
@@ -27,6 +71,10 @@ async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
         reader,
         None,
     );
+    let origin = Origin {
+        store,
+        mark: Default::default(),
+    };
     (origin, Arc::new(fs))
 }
 
@@ -198,10 +246,7 @@ async fn files_opened_in_listing_order_are_fetched_ahead() {
         }
     }
     // S3-like first-byte latency: a fetch ahead has time to matter.
-    origin.faults.set(shoal_testorigin::FaultSettings {
-        first_byte_delay_ms: 20,
-        ..Default::default()
-    });
+    origin.delay(20);
     let read_all = |dir: u64, names: Vec<(usize, String)>, d: &'static str| {
         let fs = &fs;
         async move {
@@ -229,10 +274,10 @@ async fn files_opened_in_listing_order_are_fetched_ahead() {
         .enumerate()
         .map(|(i, e)| (i, e.name.clone()))
         .collect();
-    origin.stats.reset();
+    origin.reset();
     read_all(walk.ino, names.clone(), "walk").await;
     assert_eq!(fs.stats.prefetched_files.load(Relaxed), 38);
-    assert_eq!(origin.stats.snapshot().object_gets(), 40, "each file once");
+    assert_eq!(origin.gets(), 40, "each file once");
     // Each file fetched ahead was read from the RAM tier or joined its fetch.
     assert!(ram_or_joined() >= 38, "{}", ram_or_joined());
 
@@ -240,10 +285,10 @@ async fn files_opened_in_listing_order_are_fetched_ahead() {
     let back = fs.lookup(ROOT, "back").await.unwrap();
     fs.readdir(back.ino).await.unwrap();
     let before = ram_or_joined();
-    origin.stats.reset();
+    origin.reset();
     read_all(back.ino, names.into_iter().rev().collect(), "back").await;
     assert_eq!(fs.stats.prefetched_files.load(Relaxed), 38);
-    assert_eq!(origin.stats.snapshot().object_gets(), 40);
+    assert_eq!(origin.gets(), 40);
     assert_eq!(ram_or_joined(), before);
 }
 
@@ -258,20 +303,7 @@ async fn directories_opened_in_listing_order_are_listed_ahead() {
             }
         }
     }
-    origin.faults.set(shoal_testorigin::FaultSettings {
-        first_byte_delay_ms: 20,
-        ..Default::default()
-    });
-    let lists = |origin: &Origin| -> u64 {
-        origin
-            .stats
-            .snapshot()
-            .requests
-            .iter()
-            .filter(|r| r.kind.method == "GET" && r.kind.key.is_empty())
-            .map(|r| r.count)
-            .sum()
-    };
+    origin.delay(20);
     // As `find` walks: a directory, then each subdirectory in listing order.
     let walk = |top: &'static str, reverse: bool| {
         let fs = fs.clone();
@@ -293,17 +325,17 @@ async fn directories_opened_in_listing_order_are_listed_ahead() {
             }
         }
     };
-    origin.stats.reset();
+    origin.reset();
     walk("t", false).await;
     // After two in order, every later directory was listed ahead of its visit,
     // and each listing was fetched once (a visit joins the listing in flight).
     assert_eq!(fs.stats.prefetched_listings.load(Relaxed), 8);
-    assert_eq!(lists(&origin), 12, "root, t and its 10 directories");
+    assert_eq!(origin.lists(), 12, "root, t and its 10 directories");
     // In reverse order: nothing ahead, nothing twice.
-    origin.stats.reset();
+    origin.reset();
     walk("u", true).await;
     assert_eq!(fs.stats.prefetched_listings.load(Relaxed), 8);
-    assert_eq!(lists(&origin), 11, "u and its 10 directories");
+    assert_eq!(origin.lists(), 11, "u and its 10 directories");
     assert_eq!(fs.stats.prefetched_files.load(Relaxed), 0, "no file opened");
 }
 
@@ -320,7 +352,7 @@ async fn a_walk_down_a_tree_continues_into_each_directory() {
     // directory.
     let root = opendir(&fs, ROOT).await.unwrap();
     let v = opendir(&fs, root[0].ino).await.unwrap();
-    origin.stats.reset();
+    origin.reset();
     for d in v.iter() {
         let files = opendir(&fs, d.ino).await.unwrap();
         for f in files.iter() {
@@ -333,5 +365,5 @@ async fn a_walk_down_a_tree_continues_into_each_directory() {
     // d0: its third file once two were opened in order. d1 to d3, entered from
     // the walk over v: two files ahead from their first open on.
     assert_eq!(fs.stats.prefetched_files.load(Relaxed), 1 + 3 * 2);
-    assert_eq!(origin.stats.snapshot().object_gets(), 12, "each file once");
+    assert_eq!(origin.gets(), 12, "each file once");
 }

@@ -11,14 +11,17 @@
 //! directory entered from a walk in its parent (`tar`, `cp -r` going down a tree)
 //! counts as walked already: its first visit in order fetches ahead.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use shoal::cluster::ClusterReader;
 use shoal::store::ObjectMeta;
 
-use super::namespace::find_entry;
-use super::{DirEntry, Fs, Kind};
+use super::namespace::{find_entry, Namespace};
+use super::{DirEntry, FsOptions, FsStats, Kind};
 
 /// Sequential-open detection for one directory listing.
 #[derive(Debug, Default)]
@@ -107,13 +110,45 @@ impl DirWalk {
     }
 }
 
-impl Fs {
+/// The walk over every directory being visited, and what fetching ahead needs.
+pub(super) struct Walks {
+    walks: Mutex<HashMap<u64, DirWalk>>,
+    ns: Arc<Namespace>,
+    reader: Arc<ClusterReader>,
+    bucket: String,
+    /// Most entries fetched ahead (0: none).
+    prefetch_files: usize,
+    metadata_ttl: Duration,
+    /// Whether files can be fetched ahead: only into a client RAM tier.
+    fetch_blocks: bool,
+    stats: Arc<FsStats>,
+}
+
+impl Walks {
+    pub fn new(
+        ns: Arc<Namespace>,
+        reader: Arc<ClusterReader>,
+        opts: &FsOptions,
+        stats: Arc<FsStats>,
+    ) -> Walks {
+        Walks {
+            walks: Mutex::new(HashMap::new()),
+            fetch_blocks: reader.ram_stats().capacity_bytes > 0,
+            ns,
+            reader,
+            bucket: opts.bucket.clone(),
+            prefetch_files: opts.prefetch_files,
+            metadata_ttl: opts.metadata_ttl,
+            stats,
+        }
+    }
+
     /// Notes a visit of `path` (a file opened, a directory opened) in its parent's
     /// walk and fetches ahead what the walk runs to. Only a fresh listing of the
     /// parent counts: a visit must not cost a listing. Returns whether the visit
     /// was part of a walk.
-    pub(super) fn visit(self: &Arc<Self>, path: &str) -> bool {
-        if self.opts.prefetch_files == 0 {
+    pub fn visit(&self, path: &str) -> bool {
+        if self.prefetch_files == 0 {
             return false;
         }
         let path = path.strip_suffix('/').unwrap_or(path);
@@ -124,10 +159,10 @@ impl Fs {
             Some(i) => (&path[..=i], &path[i + 1..]),
             None => ("", path),
         };
-        let Some(parent) = self.inodes.by_path(dir) else {
+        let Some(parent) = self.ns.inodes.by_path(dir) else {
             return false;
         };
-        let Some(entries) = self.fresh_listing(parent) else {
+        let Some(entries) = self.ns.fresh_listing(parent) else {
             return false;
         };
         let Some(idx) = find_entry(&entries, name) else {
@@ -140,9 +175,9 @@ impl Fs {
 
     /// Directory `ino` was entered from a walk in its parent: its first open in
     /// listing order continues the walk.
-    pub(super) fn enter(&self, ino: u64) {
-        if self.opts.prefetch_files > 0 {
-            self.with_walk(ino, |w| w.entered(self.opts.prefetch_files));
+    pub fn enter(&self, ino: u64) {
+        if self.prefetch_files > 0 {
+            self.with_walk(ino, |w| w.entered(self.prefetch_files));
         }
     }
 
@@ -161,15 +196,15 @@ impl Fs {
     /// it runs to: the first block of files, the listing of directories. Returns
     /// whether the directory is being walked.
     fn walk_step(
-        self: &Arc<Self>,
+        &self,
         dir: u64,
         entries: &[DirEntry],
         step: impl FnOnce(&mut DirWalk, usize, usize, u64, &dyn Fn(usize) -> u64) -> Range<usize>,
     ) -> bool {
         let bs = self.reader.block_size();
         let budget = self.reader.read_window() as u64 * bs;
-        let ttl = self.opts.metadata_ttl;
-        let (walking, files, dirs) = self.inodes.with(|t| {
+        let ttl = self.metadata_ttl;
+        let (walking, files, dirs) = self.ns.inodes.with(|t| {
             // What an entry in the window holds once fetched: a file's first block;
             // a listing is small.
             let first_block = |i: usize| match entries[i].kind {
@@ -179,13 +214,7 @@ impl Fs {
                 _ => 0,
             };
             let (walking, range) = self.with_walk(dir, |w| {
-                let range = step(
-                    w,
-                    entries.len(),
-                    self.opts.prefetch_files,
-                    budget,
-                    &first_block,
-                );
+                let range = step(w, entries.len(), self.prefetch_files, budget, &first_block);
                 (w.walking(), range)
             });
             let mut files: Vec<(String, ObjectMeta)> = Vec::new();
@@ -198,7 +227,7 @@ impl Fs {
                             continue;
                         };
                         if let Some(meta) = n.fresh_meta(ttl).filter(|m| m.size > 0) {
-                            files.push((self.full_key(&n.path), meta));
+                            files.push((self.ns.full_key(&n.path), meta));
                         }
                     }
                     Kind::File => {}
@@ -207,21 +236,21 @@ impl Fs {
             (walking, files, dirs)
         });
         for ino in dirs {
-            if self.fresh_listing(ino).is_some() {
+            if self.ns.fresh_listing(ino).is_some() {
                 continue;
             }
             self.stats.prefetched_listings.fetch_add(1, Relaxed);
-            let me = self.clone();
+            let ns = self.ns.clone();
             tokio::spawn(async move {
                 // The walker's own listing of it joins this one.
-                let _ = me.readdir(ino).await;
+                let _ = ns.readdir(ino).await;
             });
         }
         if !files.is_empty() {
             self.stats
                 .prefetched_files
                 .fetch_add(files.len() as u64, Relaxed);
-            let (reader, bucket) = (self.reader.clone(), self.opts.bucket.clone());
+            let (reader, bucket) = (self.reader.clone(), self.bucket.clone());
             tokio::spawn(async move {
                 for (key, meta) in files {
                     // Opening with a known version asks nobody; the block fetch is

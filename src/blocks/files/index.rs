@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::sync::Arc;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
@@ -77,7 +77,6 @@ impl Version {
         })
     }
 }
-
 
 pub(super) fn id_of(bucket: &str, key: &str, etag: &str, block_size: u64) -> u128 {
     let mut buf = Vec::with_capacity(32 + bucket.len() + key.len() + etag.len());
@@ -189,4 +188,3 @@ pub(super) fn parse_index(buf: &[u8]) -> Result<(Version, usize), &'static str> 
     }
     Ok((v, good))
 }
-

@@ -1,0 +1,60 @@
+//! What the filesystem speaks in: inode kinds and attributes, directory entries,
+//! its options and its counters.
+
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime};
+
+pub const ROOT: u64 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+}
+
+/// What `stat` shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct FsOptions {
+    pub bucket: String,
+    /// Key prefix the mount shows, empty or ending in `/`.
+    pub prefix: String,
+    pub metadata_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub uid: u32,
+    pub gid: u32,
+    pub file_mode: u16,
+    pub dir_mode: u16,
+    /// Most entries of a directory walked in order fetched ahead (a file's first
+    /// block, a directory's listing; 0: none).
+    pub prefetch_files: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+#[derive(Default, Debug)]
+pub struct FsStats {
+    pub skipped_names: AtomicU64,
+    pub listings: AtomicU64,
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub readahead_blocks: AtomicU64,
+    pub prefetched_files: AtomicU64,
+    pub prefetched_listings: AtomicU64,
+    pub stale_reads: AtomicU64,
+}
