@@ -86,8 +86,16 @@ load() {
     | sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p'
 }
 
-# drop_cache: empties the kernel page cache (root only) so reads go to the filesystem.
-drop_cache() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+# drop_cache: empties the kernel page cache so reads go to the filesystem. Needs
+# root; without it every "cold" or "warm" figure would be a page-cache read, so
+# it stops the bench rather than go on.
+drop_cache() {
+  sync
+  echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || {
+    echo "drop_cache: cannot drop the page cache (not root?): cold and warm figures would be page-cache reads" >&2
+    exit 1
+  }
+}
 
 # dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks.
 dd_rate() {
@@ -104,8 +112,15 @@ median() { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
 # page cache (one read on this shared machine can be off by half).
 warm_rate() { local a=() _i; for _i in 1 2 3; do drop_cache; a+=("$(dd_rate "$1")"); done; median "${a[@]}"; }
 
-# secs CMD...: wall seconds a command takes.
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'; }
+# secs CMD...: wall seconds a command takes; a command that fails stops the bench
+# (a failing read is quick, and its time would look like a fast one).
+secs() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@" >/dev/null 2>&1 || { echo "secs: '$*' failed" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'
+}
 
 wait_mounted() {
   for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.1; done

@@ -4,7 +4,8 @@
 //! `s3_load --endpoint URL --bucket B --key K --size BYTES [--block BYTES]
 //!  [--concurrency 8] [--seconds 5] [--warm | --once]` with keys in `SHOAL_LOAD_ACCESS_KEY` /
 //! `SHOAL_LOAD_SECRET_KEY`. `Range` is left out of the signature, so a proxy may
-//! rewrite it. Prints one line: `MB/s=... requests=... errors=...`. `--once` instead
+//! rewrite it. Prints one line: `MB/s=... requests=... errors=... seconds=... p50_ms=... p99_ms=...`
+//! (the latencies of whole requests, first byte to last). `--once` instead
 //! reads every block exactly once (N at a time) and reports that single pass: a
 //! cold read when nothing has been read before.
 
@@ -112,11 +113,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bytes = Arc::new(AtomicU64::new(0));
     let reqs = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(secs);
     let workers = (0..conc).map(|w| {
         let (client, bucket, key) = (client.clone(), bucket.clone(), key.clone());
         let (bytes, reqs, errors) = (bytes.clone(), reqs.clone(), errors.clone());
+        let latencies = latencies.clone();
         tokio::spawn(async move {
             let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (w as u64 + 1);
             while Instant::now() < until {
@@ -124,6 +127,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let i = x % blocks;
+                let t0 = Instant::now();
                 match client
                     .get_object(&GetObject::new(&bucket, &key).range(range(i)))
                     .await
@@ -141,6 +145,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             }
                         }
                         reqs.fetch_add(1, Relaxed);
+                        latencies
+                            .lock()
+                            .unwrap()
+                            .push(t0.elapsed().as_secs_f64() * 1e3);
                     }
                     Err(e) => {
                         if errors.fetch_add(1, Relaxed) == 0 {
@@ -153,11 +161,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     futures_util::future::join_all(workers).await;
     let took = start.elapsed().as_secs_f64();
+    let mut lat = std::mem::take(&mut *latencies.lock().unwrap());
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)));
     println!(
-        "MB/s={:.1} requests={} errors={} seconds={took:.2}",
+        "MB/s={:.1} requests={} errors={} seconds={took:.2} p50_ms={:.2} p99_ms={:.2}",
         bytes.load(Relaxed) as f64 / took / 1e6,
         reqs.load(Relaxed),
-        errors.load(Relaxed)
+        errors.load(Relaxed),
+        pct(0.5).copied().unwrap_or(f64::NAN),
+        pct(0.99).copied().unwrap_or(f64::NAN),
     );
     Ok(())
 }

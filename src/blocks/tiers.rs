@@ -63,7 +63,15 @@ pub struct Tiers<L, E: Clone> {
     ram: Arc<dyn BlockCache>,
     disk: Option<Arc<dyn BlockCache>>,
     inflight: InFlight<L, E>,
+    /// Blocks on their way to disk. A flight's readers are done before its disk
+    /// write, so without a bound a disk slower than the network would queue
+    /// blocks without end; past this many a flight ends only once a write slot
+    /// is free, and its readers wait for the disk.
+    disk_queue: Arc<tokio::sync::Semaphore>,
 }
+
+/// Disk writes queued at most (see [`Tiers::disk_queue`]).
+pub const DISK_QUEUE: usize = 8;
 
 impl<L, E> Tiers<L, E>
 where
@@ -82,6 +90,7 @@ where
             ram,
             disk,
             inflight: Arc::default(),
+            disk_queue: Arc::new(tokio::sync::Semaphore::new(DISK_QUEUE)),
         }
     }
 
@@ -165,6 +174,7 @@ where
             inflight: self.inflight.clone(),
         };
         let (ram, disk) = (self.ram.clone(), self.disk.clone());
+        let queue = self.disk_queue.clone();
         tokio::spawn(async move {
             let mut landing = landing;
             match run.await {
@@ -173,11 +183,17 @@ where
                     if fill {
                         ram.insert(key.clone(), b.clone());
                     }
+                    let disk = disk.filter(|_| fill);
+                    let slot = match &disk {
+                        Some(_) => queue.acquire_owned().await.ok(),
+                        None => None,
+                    };
                     // Readers are done before the disk write: it only keeps.
                     landing.end(Ok(()));
-                    if let (true, Some(disk)) = (fill, disk) {
+                    if let Some(disk) = disk {
                         let _ = tokio::task::spawn_blocking(move || disk.insert(key, b)).await;
                     }
+                    drop(slot);
                 }
                 Err(e) => landing.end(Err(FlightError::Failed(e))),
             }

@@ -51,6 +51,7 @@ struct State {
 /// The mock services, on one loopback port.
 pub struct AwsMock {
     pub addr: std::net::SocketAddr,
+    scheme: &'static str,
     state: Arc<State>,
     _task: tokio::task::JoinHandle<()>,
 }
@@ -58,6 +59,21 @@ pub struct AwsMock {
 impl AwsMock {
     /// Serves on 127.0.0.1; credentials it issues work on `origin` for `lifetime`.
     pub async fn start(origin: &Origin, lifetime: Duration) -> AwsMock {
+        Self::serve(origin, lifetime, None).await
+    }
+
+    /// [`Self::start`] over TLS with `cert` (PEM chain and key): `https://` URLs.
+    pub async fn start_tls(origin: &Origin, lifetime: Duration, cert: (String, String)) -> AwsMock {
+        let tls = shoal_testorigin::tls_acceptor(&cert.0, &cert.1).expect("a usable certificate");
+        Self::serve(origin, lifetime, Some(tls)).await
+    }
+
+    async fn serve(
+        origin: &Origin,
+        lifetime: Duration,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> AwsMock {
+        let tls_on = tls.is_some();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State {
@@ -76,25 +92,31 @@ impl AwsMock {
                 let Ok((sock, _)) = listener.accept().await else {
                     continue;
                 };
-                let st = st.clone();
+                let (st, tls) = (st.clone(), tls.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| answer(st.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(sock), svc)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        Some(tls) => match tls.accept(sock).await {
+                            Ok(s) => http.serve_connection(TokioIo::new(s), svc).await,
+                            Err(_) => return,
+                        },
+                        None => http.serve_connection(TokioIo::new(sock), svc).await,
+                    };
                 });
             }
         });
         AwsMock {
             addr,
+            scheme: if tls_on { "https" } else { "http" },
             state,
             _task: task,
         }
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` over TLS)
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// How many requests asked for `what` (see [`State::hits`]).

@@ -28,7 +28,7 @@ pub use origin::{origin, origin_client, BUCKET};
 pub use pki::PrivateCa;
 pub use procs::{bin, free_addr, is_mounted, q, sh, sh_ok, signal, Mount, NodeProcess};
 pub use proxy::Proxy;
-pub use wait::{wait_for, wait_until};
+pub use wait::{wait_for, wait_for_value, wait_until};
 
 pub use shoal_testorigin::{FaultSettings, Origin, OriginOptions};
 

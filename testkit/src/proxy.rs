@@ -7,9 +7,12 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// What passed through: the target, and whether it was a `CONNECT` tunnel.
+type Seen = Arc<Mutex<Vec<(String, bool)>>>;
+
 pub struct Proxy {
     pub addr: std::net::SocketAddr,
-    seen: Arc<Mutex<Vec<String>>>,
+    seen: Seen,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -44,12 +47,26 @@ impl Proxy {
 
     /// `host:port` of every connection made through it, in order.
     pub fn seen(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// `host:port` of every `CONNECT` tunnel made through it (HTTPS), in order.
+    pub fn tunnels(&self) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(_, c)| *c)
+            .map(|(t, _)| t.clone())
+            .collect()
     }
 }
 
 /// Reads the first request's head, connects where it names, and splices.
-async fn relay(mut client: TcpStream, seen: Arc<Mutex<Vec<String>>>) -> std::io::Result<()> {
+async fn relay(mut client: TcpStream, seen: Seen) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -67,7 +84,7 @@ async fn relay(mut client: TcpStream, seen: Arc<Mutex<Vec<String>>>) -> std::io:
         parts.next().unwrap_or("HTTP/1.1"),
     );
     if method == "CONNECT" {
-        seen.lock().unwrap().push(target.to_owned());
+        seen.lock().unwrap().push((target.to_owned(), true));
         let mut up = TcpStream::connect(target).await?;
         client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -84,7 +101,7 @@ async fn relay(mut client: TcpStream, seen: Arc<Mutex<Vec<String>>>) -> std::io:
     };
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    seen.lock().unwrap().push(authority.to_owned());
+    seen.lock().unwrap().push((authority.to_owned(), false));
     let mut up = TcpStream::connect(authority).await?;
     let rewritten = text.replacen(&line, &format!("{method} {path} {version}"), 1);
     up.write_all(rewritten.as_bytes()).await?;

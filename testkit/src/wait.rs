@@ -21,3 +21,20 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Polls the async `probe` until it gives a value, and returns it; panics naming
+/// `what` after `limit`.
+pub async fn wait_for_value<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -53,7 +53,9 @@ impl Default for OriginOptions {
     }
 }
 
-fn tls_acceptor(cert: &str, key: &str) -> Result<tokio_rustls::TlsAcceptor, String> {
+/// A TLS acceptor for a PEM certificate chain and key (the test origin's, and
+/// any test server's that wants the same).
+pub fn tls_acceptor(cert: &str, key: &str) -> Result<tokio_rustls::TlsAcceptor, String> {
     let certs = rustls_pemfile::certs(&mut cert.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;

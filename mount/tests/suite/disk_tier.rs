@@ -3,12 +3,10 @@
 //! new file; a corrupted block is dropped and refetched, never handed to the
 //! kernel; the tier survives a remount and a SIGKILL of the mount.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const MIB: usize = 1 << 20;
 

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-#[path = "../../fuzz/src/lib.rs"]
+#[path = "../../../fuzz/src/lib.rs"]
 #[allow(dead_code)]
 mod entries;
 

@@ -10,16 +10,14 @@
 //! hand: `SHOAL_CHAOS_SECONDS=600 cargo test -p shoal-mount --test chaos -- --nocapture`.
 //! `SHOAL_CHAOS_REWRITES=0` leaves object rewrites out of the mix.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use shoal_testorigin::FaultSettings;
 
 const MIB: usize = 1 << 20;

@@ -2,13 +2,11 @@
 //! byte-exact reads, killed and paused nodes, no nodes at all, objects changing
 //! under an open handle, origin traffic, and memory bounds.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use futures_util::StreamExt;
 use shoal::cluster::{ClusterReader, ReadError, ReaderOptions};
 use shoal::store::StoreError;

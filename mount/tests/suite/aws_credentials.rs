@@ -4,12 +4,10 @@
 //! session token the mock issued, and refuses them once expired; `shoal-mount`
 //! mounts and reads byte-exact, and a `shoal-node` serves a cold read.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use shoal::store::GetObject;
 
 /// An `[origin]` for `o` with no keys, the chain's to find.
@@ -250,6 +248,19 @@ async fn reads_go_on_across_credential_expiry_and_an_early_revocation() {
     assert!(
         forced >= 1.0,
         "the early revocation forced a refresh: {forced}"
+    );
+    // Refreshed ahead of expiry: a set issued while the one before it was still
+    // valid. The revocation forces one such; refreshing only after the origin
+    // refused an expired token would give no other.
+    let issued = mock.issued();
+    let ahead = issued
+        .windows(2)
+        .filter(|w| w[1].expires - lifetime < w[0].expires)
+        .count();
+    assert!(
+        ahead >= 2,
+        "credentials refreshed before they expired: {ahead} of {} issued",
+        issued.len()
     );
 }
 

@@ -3,12 +3,10 @@
 //! Real `shoal-node` processes against the test origin, which answers these the
 //! way S3 does.
 
-mod common;
-
 use std::path::Path;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use shoal::store::GetObject;
 use shoal_testorigin::{BucketPolicy, ObjectAttrs};
 
@@ -38,6 +36,20 @@ fn node(dir: &Path, name: &str, origin: &str, rest: &str, env: &[(&str, String)]
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     NodeProcess::spawn_with_env(&cfg, &env)
+}
+
+/// A node serving TLS with a certificate from `ca`.
+fn tls_node(dir: &Path, ca: &PrivateCa, origin: &str) -> NodeProcess {
+    let (cert, key) = ca.server_cert();
+    let (cert_f, key_f) = (dir.join("node.pem"), dir.join("node.key"));
+    std::fs::write(&cert_f, cert).unwrap();
+    std::fs::write(&key_f, key).unwrap();
+    let tls = format!(
+        "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        cert_f.display(),
+        key_f.display()
+    );
+    node(dir, "tls-node", origin, &tls, &[])
 }
 
 async fn cold_read(n: &NodeProcess, key: &str) -> Result<Bytes, String> {
@@ -221,20 +233,10 @@ async fn a_private_ca_is_trusted_from_ca_bundle_or_aws_ca_bundle_and_for_cluster
 
     // A node serving TLS with a certificate from the same CA, and a gateway that
     // reaches it with cluster.tls and cluster.ca_bundle.
-    let (cert, key) = ca.server_cert();
-    let (cert_f, key_f) = (dir.path().join("node.pem"), dir.path().join("node.key"));
-    std::fs::write(&cert_f, cert).unwrap();
-    std::fs::write(&key_f, key).unwrap();
-    let tls_node = node(
+    let tls_node = tls_node(
         dir.path(),
-        "tls-node",
+        &ca,
         &origin_with(&o, &format!("ca_bundle = \"{}\"", ca_file.display())),
-        &format!(
-            "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-            cert_f.display(),
-            key_f.display()
-        ),
-        &[],
     );
     let gateway = node(
         dir.path(),
@@ -334,4 +336,114 @@ async fn requester_pays_expected_owner_and_sse_c_are_sent_when_configured() {
         &[("SHOAL_TEST_SSE_KEY", b64.encode(key))],
     );
     assert_eq!(cold_read(&sse, "sealed").await.unwrap(), body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn irsa_reaches_sts_and_the_origin_through_a_connect_proxy() {
+    let ca = PrivateCa::new("shoal test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.root_pem()).unwrap();
+    let o = shoal_testorigin::Origin::start(shoal_testorigin::OriginOptions {
+        tls: Some(ca.server_cert()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let sts = AwsMock::start_tls(&o, std::time::Duration::from_secs(3600), ca.server_cert()).await;
+    assert!(sts.url().starts_with("https://"));
+    let token = dir.path().join("irsa-token");
+    std::fs::write(&token, "eyJhbGciOi.pod-token").unwrap();
+    sts.expect_web_identity_token("eyJhbGciOi.pod-token");
+    let proxy = Proxy::start().await;
+    let body = data(1 << 20, 9);
+    o.put(BUCKET, "irsa", body.clone());
+    // No keys anywhere: the chain's web identity, with STS and the origin both
+    // HTTPS behind the proxy, trusted through the origin's ca_bundle.
+    let origin = format!(
+        "[origin]\nendpoint = \"{}\"\nregion = \"us-east-1\"\nca_bundle = \"{}\"\n",
+        o.endpoint(),
+        ca_file.display()
+    );
+    let env = [
+        ("HTTPS_PROXY", proxy.url()),
+        ("NO_PROXY", String::new()),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()),
+        ("AWS_ROLE_ARN", ROLE_ARN.to_owned()),
+        ("AWS_ROLE_SESSION_NAME", "shoal-test".to_owned()),
+        ("AWS_ENDPOINT_URL_STS", sts.url()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+        ("AWS_ACCESS_KEY_ID", String::new()),
+        ("AWS_SECRET_ACCESS_KEY", String::new()),
+        (
+            "AWS_CONFIG_FILE",
+            dir.path().join("no-config").display().to_string(),
+        ),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE",
+            dir.path().join("no-credentials").display().to_string(),
+        ),
+    ];
+    let n = node(dir.path(), "irsa", &origin, "", &env);
+    assert_eq!(cold_read(&n, "irsa").await.unwrap(), body);
+    let tunnels = proxy.tunnels();
+    assert!(
+        tunnels.contains(&sts.addr.to_string()),
+        "STS was reached through a CONNECT tunnel: {tunnels:?}"
+    );
+    assert!(
+        tunnels.contains(&o.addr.to_string()),
+        "the origin was reached through a CONNECT tunnel: {tunnels:?}"
+    );
+    assert!(sts.hits("sts-web-identity") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_proxy_carries_node_traffic_and_aws_ca_bundle_trusts_cluster_tls() {
+    let ca = PrivateCa::new("shoal test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.root_pem()).unwrap();
+    let o = origin().await;
+    let tls_node = tls_node(dir.path(), &ca, &origin_toml(&o));
+    // The gateway trusts the node's CA from AWS_CA_BUNDLE alone, and reaches it
+    // through cluster.proxy (a CONNECT tunnel, the node being HTTPS).
+    let proxy = Proxy::start().await;
+    let gateway = node(
+        dir.path(),
+        "gateway",
+        &origin_toml(&o),
+        &cluster_toml(
+            &[&tls_node.addr],
+            &format!("tls = true\nproxy = \"{}\"", proxy.url()),
+        ),
+        &[("AWS_CA_BUNDLE", ca_file.display().to_string())],
+    );
+    let body = data(2 << 20, 10);
+    o.put(BUCKET, "via-cluster-proxy", body.clone());
+    assert_eq!(
+        cold_read(&gateway, "via-cluster-proxy").await.unwrap(),
+        body
+    );
+    let text = scrape(&gateway.addr).await;
+    assert!(
+        metric(&text, "shoal_node_cluster_fetches_total") >= 1.0,
+        "the gateway asked its owner"
+    );
+    assert_eq!(
+        metric(&text, "shoal_client_fallbacks_total"),
+        0.0,
+        "no origin fallback: the TLS node answered through the proxy"
+    );
+    let tunnels = proxy.tunnels();
+    assert!(
+        tunnels
+            .iter()
+            .any(|t| t.ends_with(&format!(":{}", tls_node.socket_addr().port()))),
+        "node traffic went through cluster.proxy: {tunnels:?}"
+    );
+    assert!(
+        !proxy.seen().contains(&o.addr.to_string()),
+        "origin traffic did not: cluster.proxy is the cluster's only"
+    );
 }

@@ -1,11 +1,9 @@
 //! shoal-node against the real local origin: bytes, coalescing, versions, auth,
 //! hostile input and tier bounds.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures_util::future::join_all;
 use rand::Rng;
 use shoal::store::{ByteRange, GetObject, StoreError};

@@ -1,12 +1,10 @@
 //! Real FUSE mounts read with standard tools, against the real origin and real
 //! `shoal-node` processes.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 
 fn tree() -> Vec<(&'static str, Bytes)> {
     vec![

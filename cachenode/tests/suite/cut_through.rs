@@ -2,11 +2,9 @@
 //! origin, fetched once however many ask, resumed when the origin's body is cut,
 //! and never kept short.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures_util::StreamExt;
 use shoal::store::{ByteRange, GetObject, ObjectStore};
 use shoal_testorigin::FaultSettings;

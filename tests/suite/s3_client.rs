@@ -1,13 +1,11 @@
 //! The S3 client against a real S3 server (the local origin, or one given by
 //! `SHOAL_TEST_S3_*`; see tests/common).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::common::{data, TestS3};
 use bytes::Bytes;
-use common::{data, TestS3};
 use shoal::config::{CredentialMode, Credentials};
 use shoal::store::s3::S3Client;
 use shoal::store::{ByteRange, Deadline, GetObject, ListRequest, StoreError};
@@ -445,7 +443,8 @@ async fn a_server_that_closes_connections_is_retried_then_reported() {
             drop(sock);
         }
     });
-    let opts = common::client_options(&format!("http://{addr}"), "us-east-1", "k", "s", true);
+    let opts =
+        crate::common::client_options(&format!("http://{addr}"), "us-east-1", "k", "s", true);
     let c = S3Client::new(opts).unwrap();
     let err = c.get_bytes(&GetObject::new("b", "k")).await.unwrap_err();
     assert!(
@@ -463,7 +462,7 @@ async fn a_server_that_closes_connections_is_retried_then_reported() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead = closed.local_addr().unwrap();
     drop(closed);
-    let c = S3Client::new(common::client_options(
+    let c = S3Client::new(crate::common::client_options(
         &format!("http://{dead}"),
         "us-east-1",
         "k",

@@ -7,12 +7,10 @@
 //! let root ignore file permissions, so `chmod 000` stops it as it would a service
 //! user.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use shoal::store::{ByteRange, GetObject};
 
 const MIB: u64 = 1 << 20;
@@ -82,6 +80,21 @@ async fn counts(node: &NodeProcess) -> (f64, f64) {
     )
 }
 
+/// The disk counters once `ok` holds of them: a block reaches the disk (or fails
+/// to) just after its answer has gone, so counters read right after the reads
+/// could miss the last writes.
+async fn counts_when(
+    node: &NodeProcess,
+    what: &str,
+    ok: impl Fn((f64, f64)) -> bool,
+) -> (f64, f64) {
+    shoal_testkit::wait_for_value(what, std::time::Duration::from_secs(20), || async {
+        let c = counts(node).await;
+        ok(c).then_some(c)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     let origin = origin().await;
@@ -119,8 +132,8 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     origin.put(BUCKET, "a", a.clone());
     read_all(&node, "a", &a).await;
     read_all(&node, "a", &a).await;
-    let (full_writes, _) = counts(&node).await;
-    assert!(full_writes > 0.0, "writes to the full disk were counted");
+    let (full_writes, _) =
+        counts_when(&node, "writes to the full disk counted", |(w, _)| w > 0.0).await;
     let text = scrape(&node.addr).await;
     let on_disk = metric(&text, "shoal_node_cache_bytes{tier=\"disk\"}");
     assert!(
@@ -135,11 +148,10 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     origin.put(BUCKET, "b", b.clone());
     read_all(&node, "b", &b).await;
     read_all(&node, "a", &a).await;
-    let (ro_writes, _) = counts(&node).await;
-    assert!(
-        ro_writes > full_writes,
-        "writes to the read-only disk were counted"
-    );
+    let (ro_writes, _) = counts_when(&node, "writes to the read-only disk counted", |(w, _)| {
+        w > full_writes
+    })
+    .await;
 
     // Unreadable: every block on disk fails to read, and is fetched instead.
     fs.remount("rw");
@@ -151,9 +163,12 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     .unwrap();
     read_all(&node, "b", &b).await;
     read_all(&node, "a", &a).await;
-    let (writes, reads) = counts(&node).await;
-    assert!(reads > 0.0, "unreadable blocks were counted");
-    assert!(writes > ro_writes, "unwritable blocks were counted");
+    let (writes, reads) = counts_when(
+        &node,
+        "unreadable and unwritable blocks counted",
+        |(w, r)| r > 0.0 && w > ro_writes,
+    )
+    .await;
     println!("read-only then unreadable: {writes} writes and {reads} reads failed in all");
 
     // One line each for the whole run (well within a minute), and still serving.

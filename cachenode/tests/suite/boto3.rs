@@ -1,9 +1,7 @@
 //! An ordinary S3 client (boto3) pointed at a node: list, head and download
 //! byte-exact with the node's keys; a wrong secret and no signature get 403.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const SCRIPT: &str = r#"
 import hashlib, os, sys, tempfile

@@ -1,11 +1,9 @@
 //! Malformed and hostile requests get S3 errors or a closed connection: never a
 //! crash, never a byte of the wrong object.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn open_node() -> (shoal_testorigin::Origin, TestNode) {

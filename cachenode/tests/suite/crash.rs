@@ -2,11 +2,9 @@
 //! disk tier under load never serves a wrong byte afterwards, and cleans up what a
 //! kill left half written.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use shoal::store::{ByteRange, GetObject};
 
 const MIB: u64 = 1 << 20;

@@ -3,12 +3,10 @@
 //! purge fan-out and the `max_age` backstop, eventual mode, caching rules, zones,
 //! and the breaker and shedding on the node-to-node path.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use shoal::node_proto::purge::purge;
 use shoal::node_proto::Purge;
 use shoal::store::{GetObject, StoreError};

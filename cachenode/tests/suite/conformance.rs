@@ -9,13 +9,11 @@
 //! (`x-amz-request-id`, `x-amz-id-2`, `Date`, `Server`, `Connection`), and the
 //! message, request id and host id inside an error body (the code is compared).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http::Method;
 use shoal::config::Credentials;
 use shoal::store::s3::{encode_path, query_value, Payload, S3Client, Signer};
@@ -727,7 +725,7 @@ async fn suite(endpoint: &str, access: &str, secret: &str, kind: Origin) -> usiz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_answers_as_the_test_origin_does() {
-    let o = common::origin().await;
+    let o = crate::common::origin().await;
     let n = suite(
         &o.endpoint(),
         &o.options.access_key,

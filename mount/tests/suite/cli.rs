@@ -1,10 +1,8 @@
 //! Bad use of `shoal-mount`: a clear message, a non-zero exit, nothing mounted.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(MOUNT)
@@ -202,7 +200,7 @@ async fn works_as_a_mount_helper_with_fstab_options() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_endpoint_reports_reads() {
     let o = origin().await;
-    o.put(BUCKET, "m.bin", common::data(3 << 20, 5));
+    o.put(BUCKET, "m.bin", crate::common::data(3 << 20, 5));
     let addr = free_addr();
     let m = Mount::start(&mount_toml(&o, &[], ""), BUCKET, &["--metrics-addr", &addr]);
     let f = m.path("m.bin");

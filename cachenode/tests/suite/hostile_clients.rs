@@ -2,11 +2,9 @@
 //! reading their response, or come in larger numbers than the node admits: a real
 //! `shoal-node` process keeps serving everyone else, and closes what it must.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use shoal::store::{ByteRange, GetObject};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -1,13 +1,11 @@
 //! Security checks: expired and forged presigned URLs, keys that try to leave the
 //! bucket or the data directory, and secrets that must never reach the logs.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use shoal::store::{ByteRange, GetObject};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

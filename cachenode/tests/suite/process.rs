@@ -1,13 +1,11 @@
 //! The real `shoal-node` binary: restart with a warm disk tier, corrupt block files,
 //! graceful stop, and clear errors on bad use.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use shoal::store::{ByteRange, GetObject};
 
 const MIB: u64 = 1 << 20;

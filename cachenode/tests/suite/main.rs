@@ -1,0 +1,18 @@
+//! The node's integration tests, one binary (one link, one run): real node processes or nodes in process, against the test origin, moto and real S3 clients.
+
+mod common;
+
+mod aws_network;
+mod boto3;
+mod clients;
+mod conformance;
+mod crash;
+mod cut_through;
+mod disk_failures;
+mod fuzz_corpora;
+mod gateway;
+mod hostile;
+mod hostile_clients;
+mod node;
+mod process;
+mod security;

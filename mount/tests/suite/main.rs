@@ -1,0 +1,11 @@
+//! The mount's integration tests, one binary: real FUSE mounts of real node processes and the test origin, read with ordinary tools.
+
+mod common;
+
+mod archived;
+mod aws_credentials;
+mod chaos;
+mod cli;
+mod disk_tier;
+mod memory;
+mod mount;
