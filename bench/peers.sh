@@ -37,7 +37,8 @@ mounts+=("$work/shoal")
 "$bin/examples/nullfs" "$work/null" "$((SIZE_MB * 1024 * 1024))" >/dev/null 2>&1 &
 pids+=($!); mounts+=("$work/null"); wait_mounted "$work/null"
 S=$work/shoal
-mount_pid=$(pgrep -f "shoal-mount --config $work/cluster.toml" | head -1)
+# The process that serves the mount (its keeper only holds the connection).
+mount_pid=$("$bin/shoal-mount" --status "$S" | python3 -c 'import json, sys; print(json.load(sys.stdin)["server"])')
 
 # The origin itself: 32 parallel 8 MiB GETs over the whole object, once.
 pull=$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY load "$origin" obj.bin "$((SIZE_MB << 20))" \

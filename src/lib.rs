@@ -12,8 +12,8 @@
 //!   own HTTP client), endpoint names, the environment they read.
 //! - [`store`]: the I/O seam. [`store::ObjectStore`] is anything that answers S3's
 //!   reads; [`store::s3::S3Client`] is the real one, with option types of its own,
-//!   and (with the `testing` feature) an in-memory store and a fault-injecting
-//!   wrapper are its doubles.
+//!   and an in-memory store and a fault-injecting wrapper are its doubles (for
+//!   tests of code built on the library).
 //! - [`config`]: the one TOML schema, validated once into typed sections that
 //!   convert into the store's options.
 //! - [`node_proto`]: shoal's own protocol between readers and nodes on top of S3

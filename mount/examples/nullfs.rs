@@ -1,93 +1,70 @@
 //! A null FUSE filesystem: one file, `zero`, of SIZE bytes of zeros, answered from
-//! memory with the same kernel settings as shoal-mount. Benchmarks use it as the
-//! FUSE ceiling of this machine. `nullfs MOUNTPOINT SIZE_BYTES` (foreground;
-//! SIGTERM or SIGINT unmounts).
+//! memory through the same kernel layer and settings as shoal-mount. Benchmarks
+//! use it as the FUSE ceiling of this machine. `nullfs MOUNTPOINT SIZE_BYTES`
+//! (foreground; SIGTERM or SIGINT unmounts).
 
-use std::ffi::OsStr;
-use std::time::{Duration, SystemTime};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen, Request,
-};
+use bytes::Bytes;
+use shoal_mount::kernel::{self, FileAttr, Header, Op, Reply};
 
 struct Null {
     size: u64,
-    zeros: Vec<u8>,
+    zeros: Bytes,
 }
 
 fn attr(ino: u64, size: u64) -> FileAttr {
-    let t = SystemTime::now();
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     FileAttr {
-        ino: INodeNo(ino),
+        ino,
         size,
         blocks: size.div_ceil(512),
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        kind: if ino == 1 {
-            FileType::Directory
+        time: (t.as_secs(), 0),
+        mode: if ino == 1 {
+            libc::S_IFDIR | 0o555
         } else {
-            FileType::RegularFile
+            libc::S_IFREG | 0o444
         },
-        perm: if ino == 1 { 0o555 } else { 0o444 },
         nlink: 1,
         uid: 0,
         gid: 0,
-        rdev: 0,
         blksize: 1 << 20,
-        flags: 0,
     }
 }
 
 const TTL: Duration = Duration::from_secs(3600);
 
-impl Filesystem for Null {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        Ok(())
-    }
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent.0 == 1 && name == "zero" {
-            reply.entry(&TTL, &attr(2, self.size), Generation(0));
-        } else {
-            reply.error(Errno::ENOENT);
+impl kernel::Handler for Null {
+    fn request(&self, h: &Header, op: Op<'_>, reply: Reply) {
+        match op {
+            Op::Lookup { name } if h.nodeid == 1 && name == b"zero" => {
+                reply.entry(&attr(2, self.size), TTL)
+            }
+            Op::Lookup { .. } => reply.error(libc::ENOENT),
+            Op::Getattr => {
+                let size = if h.nodeid == 1 { 0 } else { self.size };
+                reply.attr(&attr(h.nodeid, size), TTL)
+            }
+            Op::Open { .. } => reply.open(1, kernel::abi::fopen::KEEP_CACHE, None),
+            Op::Opendir => reply.open(1, 0, None),
+            Op::Read { offset, size, .. } => {
+                let n = (size as u64).min(self.size.saturating_sub(offset)) as usize;
+                reply.data(&[self.zeros.slice(..n.min(self.zeros.len()))])
+            }
+            Op::Readdir {
+                offset, size, plus, ..
+            } => {
+                let mut buf = kernel::DirBuf::new(size, plus);
+                if offset == 0 {
+                    buf.push(1, "zero", &attr(2, self.size), TTL);
+                }
+                buf.send(reply)
+            }
+            Op::Release { .. } | Op::Releasedir { .. } | Op::Flush => reply.ok(),
+            _ => reply.error(libc::ENOSYS),
         }
-    }
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        reply.attr(&TTL, &attr(ino.0, if ino.0 == 1 { 0 } else { self.size }));
-    }
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(1), FopenFlags::FOPEN_KEEP_CACHE);
-    }
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock: Option<fuser::LockOwner>,
-        reply: ReplyData,
-    ) {
-        let n = (size as u64).min(self.size.saturating_sub(offset)) as usize;
-        reply.data(&self.zeros[..n.min(self.zeros.len())]);
-    }
-    fn readdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        if offset == 0 {
-            let _ = reply.add(INodeNo(2), 1, FileType::RegularFile, "zero");
-        }
-        reply.ok();
     }
 }
 
@@ -97,20 +74,18 @@ fn main() -> std::io::Result<()> {
         eprintln!("usage: nullfs MOUNTPOINT SIZE_BYTES");
         std::process::exit(2);
     };
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::RO,
-        fuser::MountOption::FSName("nullfs".into()),
-    ];
-    cfg.n_threads = Some(4);
-    let session = fuser::spawn_mount(
-        Null {
-            size,
-            zeros: vec![0; 1 << 20],
-        },
-        mnt,
-        &cfg,
-    )?;
+    let mnt = Path::new(mnt);
+    let opts = kernel::mount::MountOptions {
+        fsname: "nullfs".into(),
+        allow_other: false,
+    };
+    let chan = Arc::new(kernel::Channel::new(kernel::mount::mount(mnt, &opts)?)?);
+    kernel::handshake(&chan, &shoal_mount::fuse::wants(false))?;
+    let null = Arc::new(Null {
+        size,
+        zeros: Bytes::from(vec![0u8; 1 << 20]),
+    });
+    let session = kernel::Running::start(chan, null, 4, false)?;
     // Same read-ahead as shoal-mount raises to.
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(mnt)?.dev();
@@ -134,5 +109,7 @@ fn main() -> std::io::Result<()> {
             _ = term.recv() => {}
         }
     });
-    session.umount_and_join()
+    kernel::mount::unmount(mnt, false).or_else(|_| kernel::mount::unmount(mnt, true))?;
+    session.join();
+    Ok(())
 }

@@ -1,82 +1,75 @@
-//! The FUSE adapter: forwards each kernel request to [`Fs`] on the shared tokio
-//! runtime, with the reply moved into the task, so FUSE threads never wait on the
-//! network. Nothing here decides anything about S3.
+//! The FUSE adapter: each kernel request goes to [`Fs`] on the shared tokio
+//! runtime with its reply moved into the task, so the reader threads never wait
+//! on the network. Nothing here decides anything about S3.
 
-use std::ffi::OsStr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, Request,
-};
-
-use crate::fs::{Attr, DirItem, Fs, FsError, Kind};
+use crate::fs::{Attr, Fs, FsError, Kind};
+use crate::kernel::abi::init;
+use crate::kernel::{Channel, DirBuf, FileAttr, Header, Negotiated, Op, Reply, Wants};
 use crate::metrics::MountMetrics;
-use crate::passthrough::Open;
+use crate::passthrough::{BackingId, Open};
 
 /// FUSE requests carry at most this much: 256 pages, the kernel's limit here.
-/// fuser derives `max_pages` from max(`max_write`, `max_readahead`), so a read-only
-/// mount still sets `max_write` to get 1 MiB reads.
-const MAX_REQUEST: u32 = 1 << 20;
-/// Background (readahead) requests the kernel may have outstanding: enough for a
-/// read window of 1 MiB requests across a few readers; congestion starts at 3/4.
-const MAX_BACKGROUND: u16 = 64;
-const CONGESTION_THRESHOLD: u16 = 48;
+pub const MAX_REQUEST: u32 = 1 << 20;
+
+/// What this filesystem asks of the kernel at INIT.
+pub fn wants(passthrough: bool) -> Wants {
+    let mut flags = init::ASYNC_READ
+        | init::DO_READDIRPLUS
+        | init::READDIRPLUS_AUTO
+        | init::PARALLEL_DIROPS
+        | init::MAX_PAGES;
+    // Files the disk tier holds whole are read by the kernel itself.
+    if passthrough {
+        flags |= init::PASSTHROUGH;
+    }
+    Wants {
+        flags,
+        // The kernel grants at most 128 KiB here; the mount raises the device's
+        // read_ahead_kb after mounting instead.
+        max_readahead: MAX_REQUEST,
+        // Background (readahead) requests outstanding: enough for a read window
+        // of 1 MiB requests across a few readers; congestion starts at 3/4.
+        max_background: 64,
+        congestion_threshold: 48,
+        max_pages: (MAX_REQUEST / 4096) as u16,
+    }
+}
 
 pub struct FuseFs {
     fs: Arc<Fs>,
     rt: tokio::runtime::Handle,
     ttl: Duration,
     metrics: Arc<MountMetrics>,
+    chan: Arc<Channel>,
 }
 
 impl FuseFs {
-    pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle, metrics: Arc<MountMetrics>) -> Self {
+    pub fn new(
+        fs: Arc<Fs>,
+        rt: tokio::runtime::Handle,
+        metrics: Arc<MountMetrics>,
+        chan: Arc<Channel>,
+        agreed: &Negotiated,
+    ) -> Self {
+        if fs.has_disk() {
+            if !agreed.passthrough() {
+                tracing::warn!("this kernel offers no FUSE passthrough: files in the disk tier are read through the mount");
+            }
+            fs.set_passthrough(agreed.passthrough());
+        }
         let ttl = fs.options().metadata_ttl;
         Self {
             fs,
             rt,
             ttl,
             metrics,
+            chan,
         }
     }
-}
 
-fn errno(e: &FsError) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
-fn file_type(k: Kind) -> FileType {
-    match k {
-        Kind::File => FileType::RegularFile,
-        Kind::Dir => FileType::Directory,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: a.mtime,
-        mtime: a.mtime,
-        ctime: a.mtime,
-        crtime: a.mtime,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: if a.kind == Kind::Dir { 2 } else { 1 },
-        uid: a.uid,
-        gid: a.gid,
-        rdev: 0,
-        // Large I/O hint: cp and friends size their buffers from it.
-        blksize: MAX_REQUEST,
-        flags: 0,
-    }
-}
-
-impl FuseFs {
     /// Runs `f` on the runtime and records how long the operation took.
     fn spawn<F>(&self, op: &'static str, f: F)
     where
@@ -91,359 +84,161 @@ impl FuseFs {
     }
 }
 
-impl FuseFs {
-    /// Hands the entries of open directory `fh` from `offset` on to `add` (with
-    /// their attributes if `attrs`), until it says the reply is full (`true`).
-    /// `readdir` and `readdirplus` both list through here.
-    fn each_entry(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        attrs: bool,
-        mut add: impl FnMut(&DirItem, Option<&Attr>) -> bool,
-    ) -> Result<(), Errno> {
-        let items = self.fs.dir_items(fh.0, offset).map_err(|e| errno(&e))?;
-        for d in items {
-            let attr = attrs.then(|| self.fs.getattr_cached(d.ino).ok()).flatten();
-            if add(&d, attr.as_ref()) {
-                break;
-            }
-        }
-        Ok(())
+fn file_attr(a: &Attr) -> FileAttr {
+    let since = a.mtime.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (kind, nlink) = match a.kind {
+        Kind::File => (libc::S_IFREG, 1),
+        Kind::Dir => (libc::S_IFDIR, 2),
+    };
+    FileAttr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        time: (since.as_secs(), since.subsec_nanos()),
+        mode: kind | a.perm as u32,
+        nlink,
+        uid: a.uid,
+        gid: a.gid,
+        // Large I/O hint: cp and friends size their buffers from it.
+        blksize: MAX_REQUEST,
     }
 }
 
-impl Filesystem for FuseFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(MAX_REQUEST);
-        // The kernel grants at most 128 KiB here; the mount raises the device's
-        // read_ahead_kb after mounting instead.
-        let _ = config.set_max_readahead(MAX_REQUEST);
-        let _ = config.set_max_background(MAX_BACKGROUND);
-        let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
-        let _ = config.add_capabilities(
-            InitFlags::FUSE_DO_READDIRPLUS
-                | InitFlags::FUSE_READDIRPLUS_AUTO
-                | InitFlags::FUSE_PARALLEL_DIROPS
-                | InitFlags::FUSE_ASYNC_READ,
-        );
-        // Files the disk tier holds whole are read by the kernel itself; the
-        // backing files sit on a plain filesystem (stack depth 1).
-        if self.fs.has_disk() {
-            let on = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
-                && config.set_max_stack_depth(1).is_ok();
-            if !on {
-                tracing::warn!("this kernel offers no FUSE passthrough: files in the disk tier are read through the mount");
-            }
-            self.fs.set_passthrough(on);
-        }
-        Ok(())
-    }
+fn errno(e: &FsError) -> i32 {
+    e.errno()
+}
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let Some(name) = name.to_str().map(str::to_owned) else {
-            return reply.error(Errno::ENOENT);
-        };
+impl crate::kernel::Handler for FuseFs {
+    fn request(&self, h: &Header, op: Op<'_>, reply: Reply) {
+        let ino = h.nodeid;
         let (fs, ttl) = (self.fs.clone(), self.ttl);
-        self.spawn("lookup", async move {
-            match fs.lookup(parent.0, &name).await {
-                Ok(a) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let (fs, ttl) = (self.fs.clone(), self.ttl);
-        self.spawn("getattr", async move {
-            match fs.getattr(ino.0).await {
-                Ok(a) => reply.attr(&ttl, &file_attr(&a)),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY
-            || flags.0 & (libc::O_TRUNC | libc::O_CREAT) != 0
-        {
-            return reply.error(Errno::EROFS);
-        }
-        let (fs, metrics) = (self.fs.clone(), self.metrics.clone());
-        self.spawn("open", async move {
-            match fs.open(ino.0).await {
-                Ok(o) => {
-                    let how = match &o.backing {
-                        Some(file) => fs
-                            .passthrough
-                            .open(ino.0, o.fh, &o.etag, || reply.open_backing(file)),
-                        None if fs.passthrough.open_cached(ino.0, o.fh) => Open::Cached,
-                        None => Open::Retry,
-                    };
-                    match how {
-                        Open::Backed(id) => {
-                            metrics.passthrough_opens.inc();
-                            return reply.opened_passthrough(
-                                FileHandle(o.fh),
-                                FopenFlags::empty(),
-                                &id,
-                            );
-                        }
-                        // The inode holds another version's backing file, and the
-                        // path has a new inode now: ESTALE makes the kernel look
-                        // the path up again and open that.
-                        Open::Retry => {
-                            fs.release(o.fh);
-                            return reply.error(Errno::ESTALE);
-                        }
-                        Open::Cached => {}
+        match op {
+            Op::Lookup { name } => {
+                let Ok(name) = std::str::from_utf8(name).map(str::to_owned) else {
+                    return reply.error(libc::ENOENT);
+                };
+                self.spawn("lookup", async move {
+                    match fs.lookup(ino, &name).await {
+                        Ok(a) => reply.entry(&file_attr(&a), ttl),
+                        Err(e) => reply.error(errno(&e)),
                     }
-                    // Keep the page cache only when the version is the one it holds;
-                    // bypass it when another version is open through it.
-                    let f = if o.direct_io {
-                        FopenFlags::FOPEN_DIRECT_IO
-                    } else if o.keep_cache {
-                        FopenFlags::FOPEN_KEEP_CACHE
-                    } else {
-                        FopenFlags::empty()
-                    };
-                    reply.opened(FileHandle(o.fh), f)
+                });
+            }
+            Op::Getattr => self.spawn("getattr", async move {
+                match fs.getattr(ino).await {
+                    Ok(a) => reply.attr(&file_attr(&a), ttl),
+                    Err(e) => reply.error(errno(&e)),
                 }
-                Err(e) => reply.error(errno(&e)),
+            }),
+            Op::Open { flags } => {
+                if flags & libc::O_ACCMODE != libc::O_RDONLY
+                    || flags & (libc::O_TRUNC | libc::O_CREAT) != 0
+                {
+                    return reply.error(libc::EROFS);
+                }
+                let (metrics, chan) = (self.metrics.clone(), self.chan.clone());
+                self.spawn("open", async move {
+                    open(&fs, ino, reply, &metrics, &chan).await
+                });
             }
-        });
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock: Option<fuser::LockOwner>,
-        reply: ReplyData,
-    ) {
-        let fs = self.fs.clone();
-        self.spawn("read", async move {
-            match fs.read(fh.0, offset, size).await {
-                Ok(b) => reply.data(&b),
-                Err(e) => reply.error(errno(&e)),
+            Op::Read { fh, offset, size } => self.spawn("read", async move {
+                match fs.read(fh, offset, size).await {
+                    Ok(b) => reply.data(&[b]),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+            Op::Release { fh } => {
+                self.fs.release(fh);
+                self.fs.passthrough.release(fh);
+                reply.ok();
             }
-        });
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock: Option<fuser::LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.fs.release(fh.0);
-        self.fs.passthrough.release(fh.0);
-        reply.ok();
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let fs = self.fs.clone();
-        self.spawn("opendir", async move {
-            match fs.opendir(ino.0).await {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-                Err(e) => reply.error(errno(&e)),
+            Op::Opendir => self.spawn("opendir", async move {
+                match fs.opendir(ino).await {
+                    Ok(fh) => reply.open(fh, 0, None),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+            Op::Readdir {
+                fh,
+                offset,
+                size,
+                plus,
+            } => {
+                let items = match self.fs.dir_items(fh, offset) {
+                    Ok(items) => items,
+                    Err(e) => return reply.error(errno(&e)),
+                };
+                let mut buf = DirBuf::new(size, plus);
+                for d in items {
+                    // Attributes come from the listing: no HEAD per file.
+                    let Ok(a) = self.fs.getattr_cached(d.ino) else {
+                        continue;
+                    };
+                    let mut attr = file_attr(&a);
+                    attr.ino = d.ino;
+                    if !buf.push(d.next, &d.name, &attr, ttl) {
+                        break;
+                    }
+                }
+                buf.send(reply);
             }
-        });
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        match self.each_entry(fh, offset, false, |d, _| {
-            reply.add(INodeNo(d.ino), d.next, file_type(d.kind), &d.name)
-        }) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Op::Releasedir { fh } => {
+                self.fs.releasedir(fh);
+                reply.ok();
+            }
+            // An object store has no fixed size; report a large, empty-looking
+            // volume so tools that check free space do not refuse to read.
+            Op::Statfs => reply.statfs(1 << 40, 1 << 32, MAX_REQUEST, 255),
+            // Nothing is ever written, so there is nothing to flush.
+            Op::Flush => reply.ok(),
+            Op::Getxattr { .. } => reply.error(libc::ENODATA),
+            Op::Listxattr { size: 0 } => reply.xattr_size(0),
+            Op::Listxattr { .. } => reply.bytes(&[]),
+            Op::Access { mask } if mask & libc::W_OK as u32 != 0 => reply.error(libc::EROFS),
+            Op::Access { .. } => reply.ok(),
+            Op::Write => reply.error(libc::EROFS),
+            Op::Init { .. } | Op::Unsupported => reply.error(libc::ENOSYS),
+            Op::Forget { .. } | Op::BatchForget { .. } | Op::Interrupt | Op::Destroy => reply.ok(),
         }
     }
+}
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let ttl = self.ttl;
-        match self.each_entry(fh, offset, true, |d, attr| match attr {
-            // Attributes come from the listing: no HEAD per file.
-            Some(a) => reply.add(
-                INodeNo(d.ino),
-                d.next,
-                &d.name,
-                &ttl,
-                &file_attr(a),
-                Generation(0),
-            ),
-            None => false,
-        }) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+/// Opens inode `ino`: through a passthrough backing file when the disk tier holds
+/// it whole, else through the daemon, keeping or bypassing the page cache.
+async fn open(fs: &Arc<Fs>, ino: u64, reply: Reply, metrics: &MountMetrics, chan: &Arc<Channel>) {
+    let o = match fs.open(ino).await {
+        Ok(o) => o,
+        Err(e) => return reply.error(errno(&e)),
+    };
+    let how = match &o.backing {
+        Some(file) => fs
+            .passthrough
+            .open(ino, o.fh, &o.etag, || BackingId::register(chan, file)),
+        None if fs.passthrough.open_cached(ino, o.fh) => Open::Cached,
+        None => Open::Retry,
+    };
+    match how {
+        Open::Backed(id) => {
+            metrics.passthrough_opens.inc();
+            reply.open(o.fh, 0, Some(id.id))
         }
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.fs.releasedir(fh.0);
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        // An object store has no fixed size; report a large, empty-looking volume
-        // so tools that check free space do not refuse to read.
-        reply.statfs(
-            1 << 40,
-            1 << 40,
-            1 << 40,
-            1 << 32,
-            1 << 32,
-            MAX_REQUEST,
-            255,
-            MAX_REQUEST,
-        );
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock: fuser::LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // Nothing is ever written, so there is nothing to flush.
-        reply.ok();
-    }
-
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: fuser::ReplyXattr,
-    ) {
-        reply.error(Errno::NO_XATTR);
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+        // The inode holds another version's backing file, and the path has a new
+        // inode now: ESTALE makes the kernel look the path up again and open that.
+        Open::Retry => {
+            fs.release(o.fh);
+            reply.error(libc::ESTALE)
         }
-    }
-
-    // Everything that would change the bucket: read-only.
-    fn setattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
-        _mtime: Option<fuser::TimeOrNow>,
-        _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<std::time::SystemTime>,
-        _chgtime: Option<std::time::SystemTime>,
-        _bkuptime: Option<std::time::SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mknod(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _m: u32,
-        _u: u32,
-        _r: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn symlink(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _l: &std::path::Path,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _np: INodeNo,
-        _nn: &OsStr,
-        _f: fuser::RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _m: u32,
-        _u: u32,
-        _f: i32,
-        reply: fuser::ReplyCreate,
-    ) {
-        reply.error(Errno::EROFS);
+        // Keep the page cache only when the version is the one it holds; bypass
+        // it when another version is open through it.
+        Open::Cached => {
+            let f = if o.direct_io {
+                crate::kernel::abi::fopen::DIRECT_IO
+            } else if o.keep_cache {
+                crate::kernel::abi::fopen::KEEP_CACHE
+            } else {
+                0
+            };
+            reply.open(o.fh, f, None)
+        }
     }
 }

@@ -1,20 +1,27 @@
 //! `shoal-mount`: an S3 bucket as a read-only directory, read through the cluster.
 //!
-//! [`fs`] is the filesystem (namespace, handles, read-ahead) as async functions;
-//! [`fuse`] adapts it to the kernel; this module checks the ground, mounts, waits
-//! for a signal and unmounts.
+//! Two processes serve a mount. The [`keeper`] mounts, holds the kernel
+//! connection and the [`journal`], and runs the [`server`], which answers the
+//! kernel: [`kernel`] speaks FUSE, [`fuse`] adapts each request to [`fs`], the
+//! filesystem (namespace, handles, read-ahead) as async functions over the
+//! cluster reader. The keeper replaces a server that dies and hands over to a new
+//! one on request ([`link`] is how they talk), so a mount outlives the process
+//! serving it. This module holds what both need: the mount's spec and its checks.
 
 pub mod fs;
 pub mod fuse;
+pub mod journal;
+pub mod keeper;
+pub mod kernel;
+pub mod link;
 pub mod metrics;
 pub mod passthrough;
+pub mod server;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use shoal::cluster::{ClusterReader, ReaderOptions};
 use shoal::config::Config;
 use shoal::store::StoreError;
 
@@ -103,7 +110,7 @@ pub fn is_mounted(p: &Path) -> bool {
     })
 }
 
-fn access_error(spec: &MountSpec, e: StoreError) -> String {
+pub(crate) fn access_error(spec: &MountSpec, e: StoreError) -> String {
     let what = format!("s3://{}/{}", spec.bucket, spec.prefix);
     match e.cause() {
         StoreError::NoSuchBucket { .. } => format!("bucket {:?} does not exist", spec.bucket),
@@ -112,167 +119,9 @@ fn access_error(spec: &MountSpec, e: StoreError) -> String {
     }
 }
 
-/// Mounts, calls `ready` once the mount is live, and serves until SIGINT/SIGTERM
-/// or an external unmount; then unmounts.
-pub fn run(mut spec: MountSpec, ready: impl FnOnce()) -> Result<(), String> {
-    let mountpoint = check_mountpoint(&spec.mountpoint)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("shoal-mount")
-        .build()
-        .map_err(|e| format!("cannot start runtime: {e}"))?;
-    rt.block_on(shoal::settle_region(&mut spec.config));
-    let origin_cfg = spec.config.origin().map_err(|e| e.to_string())?;
-    let origin = origin_cfg.client().map_err(|e| e.to_string())?;
-    let cluster = spec.config.reader_cluster();
-    let disk = match &spec.config.mount.disk_cache {
-        Some((dir, bytes)) => {
-            let (tier, stats) = shoal::blocks::FileTier::open(dir, *bytes)
-                .map_err(|e| format!("mount.disk_cache {}: {e}", dir.display()))?;
-            tracing::info!(
-                blocks = stats.blocks,
-                bytes = stats.bytes,
-                removed = stats.removed,
-                "disk tier at {} opened in {:?}",
-                dir.display(),
-                stats.took
-            );
-            Some(Arc::new(tier))
-        }
-        None => None,
-    };
-    let fs = rt.block_on(async {
-        let reader = ClusterReader::new(
-            origin.clone(),
-            cluster.as_ref(),
-            ReaderOptions {
-                ram_bytes: spec.cache_size,
-                disk: disk
-                    .clone()
-                    .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
-                max_inflight_blocks: None,
-                queue_wait: None,
-            },
-        );
-        let fs = fs::Fs::new(
-            fs::FsOptions {
-                bucket: spec.bucket.clone(),
-                prefix: spec.prefix.clone(),
-                metadata_ttl: spec.metadata_ttl,
-                negative_ttl: spec.negative_ttl,
-                uid: spec.uid,
-                gid: spec.gid,
-                file_mode: spec.file_mode,
-                dir_mode: spec.dir_mode,
-                prefetch_files: spec.prefetch_files,
-            },
-            reader,
-            disk,
-        );
-        fs.check_access().await.map(|()| Arc::new(fs))
-    });
-    let fs = fs.map_err(|e| access_error(&spec, e))?;
-    let metrics = Arc::new(metrics::MountMetrics::default());
-    if let Some(addr) = spec.metrics_addr {
-        rt.block_on(metrics::serve(addr, fs.clone(), metrics.clone()))
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-    }
-
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName(format!("shoal:{}/{}", spec.bucket, spec.prefix)),
-        fuser::MountOption::Subtype("shoal".into()),
-        fuser::MountOption::RO,
-        fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::NoAtime,
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    if spec.allow_other {
-        cfg.acl = fuser::SessionACL::All;
-    }
-    cfg.n_threads = Some(4);
-    let adapter = fuse::FuseFs::new(fs.clone(), rt.handle().clone(), metrics);
-    let session = fuser::spawn_mount(adapter, &mountpoint, &cfg).map_err(|e| {
-        format!(
-            "cannot mount on {}: {e} (is fuse3 installed, and /dev/fuse usable?)",
-            mountpoint.display()
-        )
-    })?;
-    let connection = connection_id(&mountpoint);
-    // As far ahead as the reader reads: its window of its blocks.
-    let reader = fs.reader();
-    raise_readahead(
-        &mountpoint,
-        reader.read_window() as u64 * reader.block_size() / 1024,
-    );
-    tracing::info!(
-        "mounted s3://{}/{} on {} ({} nodes)",
-        spec.bucket,
-        spec.prefix,
-        mountpoint.display(),
-        fs.reader().router().nodes().len()
-    );
-    ready();
-    shoal::notify::ready();
-
-    let stopped_by_signal = rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        let mut tick = tokio::time::interval(Duration::from_millis(200));
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => return true,
-                _ = term.recv() => return true,
-                _ = tick.tick() => if session.guard.is_finished() { return false },
-            }
-        }
-    });
-    if stopped_by_signal {
-        tracing::info!("unmounting {}", mountpoint.display());
-        let (done_tx, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = done_tx.send(session.umount_and_join());
-        });
-        match done.recv_timeout(UNMOUNT_WAIT) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!("unmount failed ({e}); detaching lazily");
-                let _ = std::process::Command::new("fusermount3")
-                    .arg("-uz")
-                    .arg(&mountpoint)
-                    .status();
-            }
-            // Unmounted here, but the FUSE connection lives on: a mount namespace
-            // made after the mount (a container, a sandboxed service) holds a copy
-            // of it, so the kernel keeps asking us. End the connection instead of
-            // hanging: through fusectl when it is mounted, else by exiting, which
-            // closes /dev/fuse. Reads through such copies then fail, as after any
-            // unmount.
-            Err(_) => {
-                tracing::warn!(
-                    "{} is still held by another mount namespace; ending its FUSE connection",
-                    mountpoint.display()
-                );
-                if connection.is_some_and(abort_connection) {
-                    let _ = done.recv_timeout(UNMOUNT_WAIT);
-                }
-            }
-        }
-    } else {
-        tracing::info!("{} was unmounted", mountpoint.display());
-        let _ = session.join();
-    }
-    rt.shutdown_timeout(Duration::from_secs(2));
-    Ok(())
-}
-
-/// How long SIGTERM waits for the FUSE session to end after unmounting.
-const UNMOUNT_WAIT: Duration = Duration::from_secs(3);
-
 /// The mount's FUSE connection number (its device minor), as named under
 /// `/sys/fs/fuse/connections/`.
-fn connection_id(mountpoint: &Path) -> Option<u32> {
+pub(crate) fn connection_id(mountpoint: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(mountpoint).ok()?;
     Some(libc::minor(meta.dev()))
@@ -280,7 +129,7 @@ fn connection_id(mountpoint: &Path) -> Option<u32> {
 
 /// Ends a FUSE connection from the kernel side: every pending and future request
 /// fails, and the session's reads of /dev/fuse return.
-fn abort_connection(id: u32) -> bool {
+pub(crate) fn abort_connection(id: u32) -> bool {
     let path = format!("/sys/fs/fuse/connections/{id}/abort");
     match std::fs::write(&path, "1") {
         Ok(()) => true,
@@ -293,7 +142,7 @@ fn abort_connection(id: u32) -> bool {
 
 /// Lets the kernel read ahead `kb` KiB on this mount (it grants only 128 KiB at
 /// FUSE init); best effort.
-fn raise_readahead(mountpoint: &Path, kb: u64) {
+pub(crate) fn raise_readahead(mountpoint: &Path, kb: u64) {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(mountpoint) else {
         return;

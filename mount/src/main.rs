@@ -18,6 +18,12 @@ use shoal_mount::MountSpec;
 /// why it could not mount and exits non-zero). SIGINT or SIGTERM unmounts cleanly.
 /// As a mount helper: `mount -t fuse.shoal BUCKET /mnt -o config=/etc/shoal/mount.toml`.
 ///
+/// A mount outlives the process serving it: a small keeper process holds the
+/// kernel connection and restarts the server if it dies, with the same inodes and
+/// open files. SIGHUP to the keeper, or `shoal-mount --restart MOUNTPOINT`, hands
+/// the mount over to a fresh server (the binary now installed) without failing a
+/// call.
+///
 /// Origin credentials: the keys in [origin.credentials], or without them the AWS
 /// credential chain (environment, shared config and credentials files, web
 /// identity, container credentials, EC2 instance metadata), refreshed as they
@@ -79,6 +85,21 @@ struct Args {
     /// --foreground to watch them).
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
+    /// Hand the mount on MOUNTPOINT over to a fresh server process (after an
+    /// upgrade, say): reads in flight finish, open files keep reading.
+    #[arg(long, value_name = "MOUNTPOINT", conflicts_with_all = ["source", "status"])]
+    restart: Option<PathBuf>,
+    /// Print the state of the mount on MOUNTPOINT (its keeper and server
+    /// processes, restarts and handovers) as JSON.
+    #[arg(long, value_name = "MOUNTPOINT", conflicts_with = "source")]
+    status: Option<PathBuf>,
+    /// The keeper's control socket (default: one per mountpoint under
+    /// /run/shoal-mount, $XDG_RUNTIME_DIR/shoal-mount or /tmp/shoal-mount-UID).
+    #[arg(long, value_name = "PATH")]
+    control_socket: Option<PathBuf>,
+    /// Serve a mount for its keeper (started by the keeper itself).
+    #[arg(long, hide = true)]
+    serve: bool,
     /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
     /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N, prefetch_files=N,
     /// config=FILE, foreground; _netdev, nofail, noauto, defaults and the like are ignored.
@@ -261,6 +282,12 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let log_file = args.log_file.clone();
+    for (verb, mnt) in [("restart", &args.restart), ("status", &args.status)] {
+        if let Some(mnt) = mnt {
+            return ask_keeper(verb, mnt, args.control_socket.as_deref());
+        }
+    }
+    let (serve, control_socket) = (args.serve, args.control_socket.clone());
     let (spec, foreground) = match spec(args) {
         Ok(s) => s,
         Err(e) => {
@@ -268,10 +295,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if !foreground {
+    if !foreground && !serve {
         return daemonize();
     }
     let notify = std::env::var_os(READY_ENV).is_some();
+    let server_log = log_file.clone();
     let ready = move || {
         if notify {
             let mut out = std::io::stdout();
@@ -302,7 +330,18 @@ fn main() -> ExitCode {
         }
     };
     let _ = shoal::fd_limit::raise();
-    match shoal_mount::run(spec, ready) {
+    if serve {
+        return match link_fd().and_then(|link| shoal_mount::server::run(spec, link)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                if !e.is_empty() {
+                    eprintln!("shoal-mount: {e}");
+                }
+                ExitCode::from(1)
+            }
+        };
+    }
+    match keep(spec, control_socket, (notify, server_log), ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shoal-mount: {e}");
@@ -310,4 +349,91 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The control socket of the mount on `mnt`.
+fn control_path(mnt: &std::path::Path, named: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    if let Some(p) = named {
+        return Ok(p.to_owned());
+    }
+    let canon = std::fs::canonicalize(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    Ok(shoal_mount::keeper::default_control_socket(&canon))
+}
+
+/// `--restart` and `--status`: one question to the mount's keeper.
+fn ask_keeper(verb: &str, mnt: &std::path::Path, named: Option<&std::path::Path>) -> ExitCode {
+    match control_path(mnt, named).and_then(|p| shoal_mount::keeper::ask(&p, verb)) {
+        Ok(answer) => {
+            println!("{answer}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shoal-mount: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// This process's end of the link to its keeper.
+fn link_fd() -> Result<shoal_mount::link::Link, String> {
+    use std::os::fd::FromRawFd;
+    let fd: i32 = std::env::var(shoal_mount::keeper::LINK_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or("--serve is for the keeper to start a server with; run shoal-mount without it")?;
+    // SAFETY: the keeper left this descriptor open for us.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: setting FD_CLOEXEC on a descriptor we own.
+    unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::F_SETFD,
+            libc::FD_CLOEXEC,
+        )
+    };
+    Ok(shoal_mount::link::Link::from_fd(fd))
+}
+
+/// The keeper: mounts (or adopts a live connection), runs servers, unmounts.
+fn keep(
+    spec: MountSpec,
+    control: Option<PathBuf>,
+    (background, log_file): (bool, Option<PathBuf>),
+    ready: impl FnOnce(),
+) -> Result<(), String> {
+    let adopting = std::env::var_os(shoal_mount::keeper::ADOPT_ENV).is_some();
+    let mountpoint = if adopting {
+        std::fs::canonicalize(&spec.mountpoint)
+            .map_err(|e| format!("mountpoint {}: {e}", spec.mountpoint.display()))?
+    } else {
+        shoal_mount::check_mountpoint(&spec.mountpoint)?
+    };
+    let control = match control {
+        Some(c) => c,
+        None => shoal_mount::keeper::default_control_socket(&mountpoint),
+    };
+    let launch = shoal_mount::keeper::Launch {
+        exe: std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?,
+        args: std::env::args_os().skip(1).collect(),
+        log: background.then_some(match log_file {
+            Some(p) => shoal_mount::keeper::Log::File(p),
+            None => shoal_mount::keeper::Log::Discard,
+        }),
+    };
+    let opts = shoal_mount::kernel::mount::MountOptions {
+        fsname: format!("shoal:{}/{}", spec.bucket, spec.prefix),
+        allow_other: spec.allow_other,
+    };
+    let keeper =
+        shoal_mount::keeper::Keeper::start(mountpoint.clone(), &opts, launch, control, || {
+            tracing::info!(
+                "mounted s3://{}/{} on {}",
+                spec.bucket,
+                spec.prefix,
+                mountpoint.display()
+            );
+            ready();
+            shoal::notify::ready();
+        })?;
+    keeper.run()
 }

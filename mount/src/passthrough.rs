@@ -13,7 +13,33 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use fuser::BackingId;
+use crate::journal::{Journal, Record, State};
+use crate::kernel::Channel;
+
+/// A backing file registered with the kernel, dropped from it when the last
+/// handle using it closes.
+pub struct BackingId {
+    pub id: u32,
+    chan: Arc<Channel>,
+}
+
+impl BackingId {
+    /// Registers `file` on `chan`.
+    pub fn register(chan: &Arc<Channel>, file: &std::fs::File) -> std::io::Result<BackingId> {
+        use std::os::fd::AsFd;
+        let id = chan.open_backing(file.as_fd())?;
+        Ok(BackingId {
+            id,
+            chan: chan.clone(),
+        })
+    }
+}
+
+impl Drop for BackingId {
+    fn drop(&mut self) {
+        self.chan.close_backing(self.id);
+    }
+}
 
 #[derive(Default)]
 struct Inode {
@@ -30,15 +56,57 @@ pub enum Open {
     Retry,
 }
 
-#[derive(Default)]
 pub struct Passthrough {
     on: AtomicBool,
     inodes: Mutex<HashMap<u64, Inode>>,
     /// Handle -> (inode, passed through).
     handles: Mutex<HashMap<u64, (u64, bool)>>,
+    /// Backing files and passed-through handles outlive this process: a
+    /// successor must close them when their handles close.
+    journal: Option<Arc<Journal>>,
 }
 
 impl Passthrough {
+    pub fn new(journal: Option<Arc<Journal>>) -> Passthrough {
+        Passthrough {
+            on: AtomicBool::new(false),
+            inodes: Mutex::default(),
+            handles: Mutex::default(),
+            journal,
+        }
+    }
+
+    fn journal(&self, r: Record) {
+        if let Some(j) = &self.journal {
+            j.append(&r);
+        }
+    }
+
+    /// Takes over a predecessor's backing files (registered with the kernel
+    /// still) and the handles using them.
+    pub fn restore(&self, state: &State, chan: &Arc<Channel>) {
+        let mut inodes = self.inodes.lock().unwrap();
+        for (ino, (id, etag)) in &state.backings {
+            let n = inodes.entry(*ino).or_default();
+            n.backing = Some((
+                Arc::new(BackingId {
+                    id: *id,
+                    chan: chan.clone(),
+                }),
+                etag.clone(),
+                0,
+            ));
+        }
+        let mut handles = self.handles.lock().unwrap();
+        for (fh, (ino, backed)) in &state.passed {
+            let n = inodes.entry(*ino).or_default();
+            match (&mut n.backing, backed) {
+                (Some((_, _, count)), true) => *count += 1,
+                _ => n.cached += 1,
+            }
+            handles.insert(*fh, (*ino, *backed));
+        }
+    }
     pub fn set(&self, on: bool) {
         self.on.store(on, Relaxed);
     }
@@ -69,6 +137,11 @@ impl Passthrough {
             None if n.cached > 0 || !self.is_on() => None,
             None => match register() {
                 Ok(id) => {
+                    self.journal(Record::Backing {
+                        ino,
+                        id: id.id,
+                        etag: etag.to_owned(),
+                    });
                     let id = Arc::new(id);
                     n.backing = Some((id.clone(), etag.to_owned(), 1));
                     Some(id)
@@ -86,10 +159,9 @@ impl Passthrough {
         if shared.is_none() {
             n.cached += 1;
         }
-        self.handles
-            .lock()
-            .unwrap()
-            .insert(fh, (ino, shared.is_some()));
+        let backed = shared.is_some();
+        self.journal(Record::Passed { fh, ino, backed });
+        self.handles.lock().unwrap().insert(fh, (ino, backed));
         match shared {
             Some(id) => Open::Backed(id),
             None => Open::Cached,
@@ -116,6 +188,11 @@ impl Passthrough {
             return false;
         }
         n.cached += 1;
+        self.journal(Record::Passed {
+            fh,
+            ino,
+            backed: false,
+        });
         self.handles.lock().unwrap().insert(fh, (ino, false));
         true
     }
@@ -135,6 +212,7 @@ impl Passthrough {
                 *count -= 1;
                 if *count == 0 {
                     n.backing = None;
+                    self.journal(Record::BackingGone { ino });
                 }
             }
         } else {

@@ -11,9 +11,7 @@
 //! why it could not be asked.
 
 mod error;
-#[cfg(any(test, feature = "testing"))]
 pub mod faults;
-#[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod s3;
 mod stall;

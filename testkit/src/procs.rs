@@ -217,6 +217,49 @@ impl Mount {
         self.mnt.join(rel)
     }
 
+    /// The keeper: the process this test started, which holds the connection.
+    pub fn keeper_pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// What the keeper says of the mount (`shoal-mount --status`): its keeper
+    /// and server processes, restarts and handovers.
+    pub fn status(&self) -> serde_json::Value {
+        let out = Command::new(bin("shoal-mount"))
+            .arg("--status")
+            .arg(&self.mnt)
+            .output()
+            .expect("shoal-mount --status");
+        assert!(
+            out.status.success(),
+            "shoal-mount --status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("status is JSON")
+    }
+
+    /// The status once `ok` holds of it (within 30 s).
+    pub fn wait_status(&self, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.status();
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the mount's status never came to hold: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The process serving the mount now (not the keeper).
+    pub fn server_pid(&self) -> u32 {
+        let s = self.wait_status(|s| s["server"].is_u64());
+        s["server"].as_u64().unwrap() as u32
+    }
+
     pub fn is_mounted(&self) -> bool {
         is_mounted(&self.mnt)
     }

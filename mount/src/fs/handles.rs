@@ -68,6 +68,11 @@ impl Handles {
         self.next.fetch_add(1, Relaxed)
     }
 
+    /// New handles are numbered after `last` (a predecessor's).
+    pub fn resume_after(&self, last: u64) {
+        self.next.fetch_max(last + 1, Relaxed);
+    }
+
     pub fn add_file(&self, fh: u64, f: OpenFile) {
         self.files.lock().unwrap().insert(fh, Arc::new(f));
     }

@@ -1,13 +1,15 @@
-//! The inode table: a stable number per path for the life of the mount, with what
-//! is known of each file's version.
+//! The inode table: a stable number per path for the life of the mount (across the
+//! daemons that serve it: each new inode is journaled before the kernel learns
+//! of it), with what is known of each file's version.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use shoal::store::ObjectMeta;
 
 use super::{Attr, FsError, FsOptions, Kind, ROOT};
+use crate::journal::{Journal, Record, State};
 
 pub(super) struct Inode {
     /// Path under the prefix: `""` for the root, `a/b/` for a directory, `a/b` for a file.
@@ -16,8 +18,9 @@ pub(super) struct Inode {
     pub size: u64,
     pub etag: String,
     pub mtime: SystemTime,
-    /// When size/ETag were last learned from the origin.
-    pub fetched: Instant,
+    /// When size/ETag were last learned from the origin; never, for an inode a
+    /// successor took over (it asks again first).
+    pub fetched: Option<Instant>,
     /// The version whose bytes the kernel page cache may hold for this inode. The
     /// page cache is per inode, not per handle: a handle pinned to another version
     /// reads around it (direct I/O).
@@ -30,7 +33,9 @@ pub(super) struct Inode {
 impl Inode {
     /// What is known of a file's version, if it is fresh enough to pin.
     pub fn fresh_meta(&self, ttl: Duration) -> Option<ObjectMeta> {
-        let fresh = self.fetched.elapsed() < ttl && !self.etag.is_empty() && !self.archived;
+        let fresh = self.fetched.is_some_and(|f| f.elapsed() < ttl)
+            && !self.etag.is_empty()
+            && !self.archived;
         fresh.then(|| ObjectMeta {
             size: self.size,
             etag: self.etag.clone(),
@@ -48,23 +53,25 @@ pub(super) struct Table {
 
 pub(super) struct Inodes {
     table: Mutex<Table>,
+    journal: Option<Arc<Journal>>,
     /// Implicit directories have no time of their own: the mount's.
     mounted_at: SystemTime,
 }
 
 impl Inodes {
-    pub fn new(mounted_at: SystemTime) -> Inodes {
+    pub fn new(mounted_at: SystemTime, journal: Option<Arc<Journal>>) -> Inodes {
         let root = Inode {
             path: String::new(),
             kind: Kind::Dir,
             size: 0,
             etag: String::new(),
             mtime: mounted_at,
-            fetched: Instant::now(),
+            fetched: Some(Instant::now()),
             page_version: None,
             archived: false,
         };
         Inodes {
+            journal,
             table: Mutex::new(Table {
                 by_ino: HashMap::from([(ROOT, root)]),
                 by_path: HashMap::from([(String::new(), ROOT)]),
@@ -109,6 +116,13 @@ impl Inodes {
             None => {
                 let ino = t.next;
                 t.next += 1;
+                if let Some(j) = &self.journal {
+                    j.append(&Record::Inode {
+                        ino,
+                        kind,
+                        path: path.to_owned(),
+                    });
+                }
                 t.by_path.insert(path.to_owned(), ino);
                 t.by_ino.insert(
                     ino,
@@ -118,7 +132,7 @@ impl Inodes {
                         size: 0,
                         etag: String::new(),
                         mtime: self.mounted_at,
-                        fetched: Instant::now(),
+                        fetched: Some(Instant::now()),
                         page_version: None,
                         archived: false,
                     },
@@ -130,7 +144,7 @@ impl Inodes {
             node.size = size;
             node.etag = etag.to_owned();
             node.mtime = mtime.unwrap_or(SystemTime::UNIX_EPOCH);
-            node.fetched = Instant::now();
+            node.fetched = Some(Instant::now());
         }
         ino
     }
@@ -172,7 +186,8 @@ impl Inodes {
     pub fn stale_file(&self, ino: u64, ttl: Duration) -> Result<Option<String>, FsError> {
         let t = self.table.lock().unwrap();
         let n = t.by_ino.get(&ino).ok_or(FsError::NotFound)?;
-        Ok((n.kind == Kind::File && n.fetched.elapsed() >= ttl).then(|| n.path.clone()))
+        let stale = n.fetched.is_none_or(|f| f.elapsed() >= ttl);
+        Ok((n.kind == Kind::File && stale).then(|| n.path.clone()))
     }
 
     pub fn fresh_meta(&self, ino: u64, ttl: Duration) -> Option<ObjectMeta> {
@@ -200,9 +215,39 @@ impl Inodes {
             Some(v) if v == etag => (true, false),
             Some(_) => (false, true),
             None => {
+                if let Some(j) = &self.journal {
+                    j.append(&Record::PageVersion {
+                        ino,
+                        etag: etag.to_owned(),
+                    });
+                }
                 n.page_version = Some(etag.to_owned());
                 (false, false)
             }
+        }
+    }
+
+    /// Takes over the inodes a predecessor handed the kernel: the same numbers
+    /// for the same paths, the page cache's versions; what is known of each
+    /// file's version is asked again before it is used.
+    pub fn restore(&self, state: &State) {
+        let mut t = self.table.lock().unwrap();
+        for (ino, kind, path) in &state.inodes {
+            t.by_path.insert(path.clone(), *ino);
+            t.by_ino.insert(
+                *ino,
+                Inode {
+                    path: path.clone(),
+                    kind: *kind,
+                    size: 0,
+                    etag: String::new(),
+                    mtime: self.mounted_at,
+                    fetched: None,
+                    page_version: state.page_versions.get(ino).cloned(),
+                    archived: false,
+                },
+            );
+            t.next = t.next.max(ino + 1);
         }
     }
 }

@@ -44,6 +44,7 @@ pub use error::FsError;
 pub use handles::{DirItem, Opened};
 pub use types::*;
 
+use crate::journal::{Journal, Record, State};
 use handles::{Handles, OpenFile};
 use namespace::Namespace;
 use readahead::Readahead;
@@ -64,22 +65,28 @@ pub struct Fs {
     /// Archived objects someone tried to open, each logged once.
     archived_told: Mutex<std::collections::HashSet<String>>,
     pub stats: Arc<FsStats>,
+    /// What a successor needs, kept outside this process (`None`: nothing is).
+    journal: Option<Arc<Journal>>,
 }
 
 impl Fs {
+    /// A filesystem reading through `reader`, with `journal` keeping what a
+    /// successor would need (none: the mount ends with this process).
     pub fn new(
         opts: FsOptions,
         reader: Arc<ClusterReader>,
         disk: Option<Arc<shoal::blocks::FileTier>>,
+        journal: Option<Arc<Journal>>,
     ) -> Fs {
         let opts = Arc::new(opts);
         let stats = Arc::new(FsStats::default());
-        let passthrough = Arc::new(crate::passthrough::Passthrough::default());
+        let passthrough = Arc::new(crate::passthrough::Passthrough::new(journal.clone()));
         let ns = Arc::new(Namespace::new(
             opts.clone(),
             reader.origin().clone(),
             passthrough.clone(),
             stats.clone(),
+            journal.clone(),
         ));
         Fs {
             walks: Walks::new(ns.clone(), reader.clone(), &opts, stats.clone()),
@@ -91,7 +98,60 @@ impl Fs {
             reader,
             archived_told: Mutex::new(Default::default()),
             stats,
+            journal,
         }
+    }
+
+    /// Writes `r` to the journal, if the mount keeps one.
+    fn journal(&self, r: Record) {
+        if let Some(j) = &self.journal {
+            j.append(&r);
+        }
+    }
+
+    /// Takes over what a predecessor served: its inodes, its open files (each
+    /// still pinned to the version it opened) and directories (listed again),
+    /// and its passthrough backing files (registered on `chan`).
+    pub async fn restore(&self, state: &State, chan: &Arc<crate::kernel::Channel>) {
+        self.ns.inodes.restore(state);
+        self.handles.resume_after(state.last_fh());
+        for (fh, (ino, meta)) in &state.files {
+            let Ok((path, _)) = self.ns.inodes.path(*ino) else {
+                tracing::warn!(
+                    fh,
+                    ino,
+                    "an open file's inode is not in the state; its reads fail"
+                );
+                continue;
+            };
+            let key = self.ns.full_key(&path);
+            match self
+                .reader
+                .open(&self.opts.bucket, &key, Some(meta.clone()))
+                .await
+            {
+                Ok(handle) => self.handles.add_file(
+                    *fh,
+                    OpenFile {
+                        handle,
+                        ino: *ino,
+                        ra: Mutex::new(Readahead::default()),
+                    },
+                ),
+                Err(e) => tracing::warn!(fh, key, "cannot reopen an open file: {e}"),
+            }
+        }
+        for (fh, ino) in &state.dirs {
+            let entries = match self.ns.readdir(*ino).await {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(fh, ino, "cannot list an open directory again: {e}");
+                    Arc::new(Vec::new())
+                }
+            };
+            self.handles.add_dir(*fh, (*ino, entries));
+        }
+        self.passthrough.restore(state, chan);
     }
 
     /// Whether the mount has a disk tier whose whole files can be passed through.
@@ -184,6 +244,11 @@ impl Fs {
             _ => None,
         };
         let fh = self.handles.next();
+        self.journal(Record::File {
+            fh,
+            ino,
+            meta: meta.clone(),
+        });
         self.handles.add_file(
             fh,
             OpenFile {
@@ -248,6 +313,7 @@ impl Fs {
 
     pub fn release(&self, fh: u64) {
         self.handles.remove_file(fh);
+        self.journal(Record::Closed { fh });
     }
 
     pub fn open_files(&self) -> usize {
@@ -266,6 +332,7 @@ impl Fs {
         }
         let entries = self.ns.readdir(ino).await?;
         let fh = self.handles.next();
+        self.journal(Record::Dir { fh, ino });
         self.handles.add_dir(fh, (ino, entries));
         Ok(fh)
     }
@@ -299,6 +366,7 @@ impl Fs {
 
     pub fn releasedir(&self, fh: u64) {
         self.handles.remove_dir(fh);
+        self.journal(Record::Closed { fh });
     }
 }
 

@@ -45,11 +45,12 @@ impl Namespace {
         source: Arc<dyn ObjectStore>,
         passthrough: Arc<Passthrough>,
         stats: Arc<FsStats>,
+        journal: Option<Arc<crate::journal::Journal>>,
     ) -> Namespace {
         Namespace {
             opts,
             source,
-            inodes: Inodes::new(SystemTime::now()),
+            inodes: Inodes::new(SystemTime::now(), journal),
             dirs: Mutex::new(HashMap::new()),
             flights: Flights::default(),
             negative: Mutex::new(HashMap::new()),

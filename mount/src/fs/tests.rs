@@ -70,6 +70,7 @@ async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
         },
         reader,
         None,
+        None,
     );
     let origin = Origin {
         store,

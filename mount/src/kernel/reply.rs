@@ -44,7 +44,12 @@ impl Reply {
         h.u32(len as u32).i32(-error).u64(self.unique);
         let mut iov = Vec::with_capacity(parts.len() + 1);
         iov.push(IoSlice::new(&h.0));
-        iov.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
+        iov.extend(
+            parts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| IoSlice::new(p)),
+        );
         if let Err(e) = self.chan.send(&iov) {
             // ENOENT: the request was interrupted or its caller is gone.
             if e.raw_os_error() != Some(libc::ENOENT) {

@@ -210,20 +210,40 @@ mod tests {
         assert!(matches!(o, Op::Lookup { name } if name == b"file.txt"));
 
         let mut body = abi::Out::default();
-        body.u64(7).u64(4096).u32(131072).u32(0).u64(0).u32(0).u32(0);
+        body.u64(7)
+            .u64(4096)
+            .u32(131072)
+            .u32(0)
+            .u64(0)
+            .u32(0)
+            .u32(0);
         let r = request(op::READ, 10 | abi::UNIQUE_RESEND, &body.0);
         let (h, o) = parse(&r).unwrap();
         assert_eq!(h.unique & abi::UNIQUE_RESEND, abi::UNIQUE_RESEND);
-        assert!(matches!(o, Op::Read { fh: 7, offset: 4096, size: 131072 }));
+        assert!(matches!(
+            o,
+            Op::Read {
+                fh: 7,
+                offset: 4096,
+                size: 131072
+            }
+        ));
 
         let mut body = abi::Out::default();
         body.u32(2).u32(0).u64(5).u64(1).u64(6).u64(2);
-        let (_, o) = parse(&request(op::BATCH_FORGET, 0, &body.0)).unwrap();
+        let r = request(op::BATCH_FORGET, 0, &body.0);
+        let (_, o) = parse(&r).unwrap();
         assert!(matches!(o, Op::BatchForget { ref items } if items == &[(5, 1), (6, 2)]));
         assert!(!o.wants_reply());
 
-        assert!(matches!(parse(&request(16, 2, &[0; 40])).unwrap().1, Op::Write));
-        assert!(matches!(parse(&request(999, 2, &[])).unwrap().1, Op::Unsupported));
+        assert!(matches!(
+            parse(&request(16, 2, &[0; 40])).unwrap().1,
+            Op::Write
+        ));
+        assert!(matches!(
+            parse(&request(999, 2, &[])).unwrap().1,
+            Op::Unsupported
+        ));
         assert!(parse(&request(op::LOOKUP, 3, b"no-nul")).is_err());
         assert!(parse(&request(op::READ, 3, &[0; 8])).is_err());
         let mut lying = request(op::STATFS, 4, &[]);

@@ -7,5 +7,6 @@ mod aws_credentials;
 mod chaos;
 mod cli;
 mod disk_tier;
+mod handover;
 mod memory;
 mod mount;

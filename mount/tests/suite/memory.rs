@@ -77,7 +77,7 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
         BUCKET,
         &[],
     );
-    let mount_pid = m.child.as_ref().unwrap().id();
+    let mount_pid = m.server_pid();
     let node_pid = node.child.id();
     // At rest: mounted, one listing and one small read done.
     assert!(std::fs::read_dir(m.path("big")).unwrap().count() == FILES);

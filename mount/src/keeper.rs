@@ -1,0 +1,665 @@
+//! The keeper: the small process that holds a mount's kernel connection (the
+//! `/dev/fuse` descriptor) and its journal, and runs the [`crate::server`] that
+//! answers it. Whoever serves may change; the connection may not.
+//!
+//! - A server that dies (a crash, `SIGKILL`, the OOM killer) is started again on
+//!   the same connection with the journal: the calls it had taken are sent again
+//!   by the kernel (or, on kernels without resend, fail once), later calls wait
+//!   for the successor, and no reader of the mount ever sees `ENOTCONN`.
+//! - `SIGHUP` or `shoal-mount --restart MOUNTPOINT` hands over on purpose (an
+//!   upgrade: the successor is the binary now at the keeper's path): the
+//!   successor is started and checked first, the old server drains (answers
+//!   everything it took, takes nothing new), then the successor takes over.
+//! - `SIGTERM`/`SIGINT` or `--unmount` unmount; an unmount from outside ends it.
+//! - Its control socket answers `status`, `restart`, `unmount`, and `fds` (a copy
+//!   of the device and the journal, for a CSI driver that keeps one so that even
+//!   the keeper may be replaced).
+//!
+//! The keeper does no I/O of its own beyond this: what can fail (the network,
+//! the disk tier, memory) fails in the server, which it replaces.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use crate::journal::Journal;
+use crate::kernel;
+use crate::link::{Link, Msg, Start};
+
+/// How a server is started: this program, with the arguments the keeper had.
+pub struct Launch {
+    pub exe: PathBuf,
+    pub args: Vec<OsString>,
+    /// Where servers log once the keeper runs in the background (`None`: where
+    /// the keeper's own log goes now).
+    pub log: Option<Log>,
+}
+
+/// A background mount's log.
+pub enum Log {
+    File(PathBuf),
+    Discard,
+}
+
+/// The environment variable that hands a server its end of the link.
+pub const LINK_ENV: &str = "SHOAL_MOUNT_LINK_FD";
+/// A keeper given a live connection to adopt (`device,journal` descriptors).
+pub const ADOPT_ENV: &str = "SHOAL_MOUNT_ADOPT_FDS";
+
+/// Longest a server may take to check its config and bucket before it is given
+/// the connection.
+const PREPARE_LIMIT: Duration = Duration::from_secs(60);
+/// Longest a planned handover waits for the old server to drain and exit.
+const HANDOVER_LIMIT: Duration = Duration::from_secs(90);
+const UNMOUNT_WAIT: Duration = Duration::from_secs(3);
+
+enum Event {
+    FromServer(u64, Msg, Vec<OwnedFd>),
+    /// The server's end of its link closed: it exited.
+    ServerGone(u64),
+    Signal(i32),
+    Control(String, UnixStream),
+}
+
+struct Server {
+    id: u64,
+    link: Link,
+    child: Child,
+}
+
+pub struct Keeper {
+    mountpoint: PathBuf,
+    launch: Launch,
+    device: OwnedFd,
+    journal: OwnedFd,
+    events: Receiver<Event>,
+    tx: Sender<Event>,
+    /// Events that came while waiting for another.
+    later: VecDeque<Event>,
+    next_id: u64,
+    server: Option<Server>,
+    restarts: u64,
+    handovers: u64,
+    /// The FUSE connection's number under /sys/fs/fuse/connections.
+    connection: Option<u32>,
+    control: PathBuf,
+}
+
+/// The control socket of the mount on `mountpoint` (canonical), unless named.
+pub fn default_control_socket(mountpoint: &Path) -> PathBuf {
+    // SAFETY: a plain getter.
+    let uid = unsafe { libc::getuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if uid != 0 => PathBuf::from(d).join("shoal-mount"),
+        _ if uid == 0 => PathBuf::from("/run/shoal-mount"),
+        _ => PathBuf::from(format!("/tmp/shoal-mount-{uid}")),
+    };
+    let h = xxhash_rust::xxh3::xxh3_64(mountpoint.as_os_str().as_encoded_bytes());
+    dir.join(format!("{h:016x}.sock"))
+}
+
+/// Sends `cmd` to the keeper listening on `socket`; returns its answer.
+pub fn ask(socket: &Path, cmd: &str) -> Result<String, String> {
+    let mut s = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "no shoal-mount keeper answers on {}: {e} (is it mounted, and by this user?)",
+            socket.display()
+        )
+    })?;
+    s.set_read_timeout(Some(HANDOVER_LIMIT + PREPARE_LIMIT))
+        .map_err(|e| e.to_string())?;
+    writeln!(s, "{cmd}").map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    BufReader::new(&s)
+        .read_line(&mut answer)
+        .map_err(|e| format!("the keeper did not answer: {e}"))?;
+    let answer = answer.trim_end().to_owned();
+    match answer.strip_prefix("error ") {
+        Some(e) => Err(e.to_owned()),
+        None => Ok(answer),
+    }
+}
+
+/// Asks for a copy of the mount's device and journal (`fds`).
+pub fn ask_fds(socket: &Path) -> Result<(OwnedFd, OwnedFd), String> {
+    let mut s = UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    writeln!(s, "fds").map_err(|e| e.to_string())?;
+    let mut fds = kernel::mount::receive_fds(&s).map_err(|e| e.to_string())?;
+    match (fds.pop(), fds.pop()) {
+        (Some(journal), Some(dev)) => Ok((dev, journal)),
+        _ => Err("the keeper sent no descriptors".into()),
+    }
+}
+
+impl Keeper {
+    /// Mounts `mountpoint` (or adopts a live connection handed over in
+    /// [`ADOPT_ENV`]), starts the first server, and calls `ready` once it serves.
+    pub fn start(
+        mountpoint: PathBuf,
+        opts: &kernel::mount::MountOptions,
+        launch: Launch,
+        control: PathBuf,
+        ready: impl FnOnce(),
+    ) -> Result<Keeper, String> {
+        let (tx, events) = channel();
+        signals(tx.clone())?;
+        control_socket(&control, tx.clone())?;
+        let adopted = adopted_fds()?;
+        let mut k = Keeper {
+            mountpoint,
+            launch,
+            // Placeholders until mounted: replaced below.
+            device: dup_null()?,
+            journal: dup_null()?,
+            events,
+            tx,
+            later: VecDeque::new(),
+            next_id: 1,
+            server: None,
+            restarts: 0,
+            handovers: 0,
+            connection: None,
+            control: control.clone(),
+        };
+        let server = k.spawn_server()?;
+        k.prepared(&server)?;
+        let start = match adopted {
+            Some((dev, journal)) => {
+                k.device = dev;
+                k.journal = journal;
+                Start::AfterCrash
+            }
+            None => {
+                k.device = kernel::mount::mount(&k.mountpoint, opts).map_err(|e| {
+                    format!(
+                        "cannot mount on {}: {e} (is fuse3 installed, and /dev/fuse usable?)",
+                        k.mountpoint.display()
+                    )
+                })?;
+                k.journal = Journal::create()
+                    .map_err(|e| format!("cannot keep the mount's state: {e}"))?
+                    .into_fd();
+                Start::New
+            }
+        };
+        if let Err(e) = k.take(&server, start) {
+            let _ = kernel::mount::unmount(&k.mountpoint, true);
+            return Err(e);
+        }
+        // Only now: a stat of the mount waits for a server to answer it.
+        k.connection = crate::connection_id(&k.mountpoint);
+        k.server = Some(server);
+        ready();
+        Ok(k)
+    }
+
+    /// Keeps the mount served until it is unmounted.
+    pub fn run(mut self) -> Result<(), String> {
+        loop {
+            match self.next(None) {
+                Some(Event::FromServer(_, Msg::Unmounted, _)) => {
+                    tracing::info!("{} was unmounted", self.mountpoint.display());
+                    self.wait_server_exit(UNMOUNT_WAIT);
+                    let _ = std::fs::remove_file(&self.control);
+                    return Ok(());
+                }
+                Some(Event::FromServer(id, m, _)) => {
+                    tracing::debug!(id, "server said {m:?}");
+                }
+                Some(Event::ServerGone(id)) if self.server.as_ref().is_some_and(|s| s.id == id) => {
+                    let status = self.reap();
+                    tracing::warn!(
+                        "the server of {} exited ({status}); starting another on the same connection",
+                        self.mountpoint.display()
+                    );
+                    self.restart_after_crash();
+                }
+                Some(Event::ServerGone(_)) => {}
+                Some(Event::Signal(libc::SIGHUP)) => {
+                    if let Err(e) = self.handover() {
+                        tracing::error!("restart failed: {e}");
+                    }
+                }
+                Some(Event::Signal(_)) => return self.unmount(),
+                Some(Event::Control(cmd, conn)) => {
+                    if self.control(&cmd, conn) {
+                        return self.unmount();
+                    }
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Answers one control command; true when it asks to unmount.
+    fn control(&mut self, cmd: &str, mut conn: UnixStream) -> bool {
+        let answer = match cmd {
+            "status" => Ok(self.status()),
+            "restart" => self.handover().map(|()| self.status()),
+            "unmount" => {
+                let _ = writeln!(conn, "unmounting");
+                return true;
+            }
+            "fds" => {
+                let fds = [self.device.as_raw_fd(), self.journal.as_raw_fd()];
+                if let Err(e) = kernel::mount::send_fds(&conn, b'f', &fds) {
+                    tracing::warn!("cannot hand out the mount's descriptors: {e}");
+                }
+                return false;
+            }
+            other => Err(format!("unknown command {other:?}")),
+        };
+        let _ = match answer {
+            Ok(a) => writeln!(conn, "{a}"),
+            Err(e) => writeln!(conn, "error {e}"),
+        };
+        false
+    }
+
+    fn status(&self) -> String {
+        serde_json::json!({
+            "mountpoint": self.mountpoint,
+            "keeper": std::process::id(),
+            "server": self.server.as_ref().map(|s| s.child.id()),
+            "restarts": self.restarts,
+            "handovers": self.handovers,
+        })
+        .to_string()
+    }
+
+    fn spawn_server(&mut self) -> Result<Server, String> {
+        let (ours, theirs) = Link::pair().map_err(|e| e.to_string())?;
+        let theirs = theirs.into_inheritable().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.launch.exe);
+        cmd.args(&self.launch.args)
+            .arg("--serve")
+            .env(LINK_ENV, theirs.as_raw_fd().to_string())
+            .env_remove(ADOPT_ENV)
+            .stdout(std::process::Stdio::null());
+        match &self.launch.log {
+            Some(Log::File(p)) => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| format!("log file {}: {e}", p.display()))?;
+                cmd.stderr(f);
+            }
+            Some(Log::Discard) => {
+                cmd.stderr(std::process::Stdio::null());
+            }
+            None => {}
+        }
+        // Its own process group: a signal to the keeper's (a Ctrl-C in a shell)
+        // is the keeper's to handle, and reaches the server as a handover or an
+        // unmount, not as a kill.
+        cmd.process_group(0);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.launch.exe.display()))?;
+        drop(theirs);
+        let id = self.next_id;
+        self.next_id += 1;
+        let reader = ours.try_clone().map_err(|e| e.to_string())?;
+        let tx = self.tx.clone();
+        std::thread::spawn(move || loop {
+            match reader.recv() {
+                Ok(Some((m, fds))) => {
+                    if tx.send(Event::FromServer(id, m, fds)).is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    let _ = tx.send(Event::ServerGone(id));
+                    return;
+                }
+            }
+        });
+        Ok(Server {
+            id,
+            link: ours,
+            child,
+        })
+    }
+
+    /// The next event (one put aside first), within `limit` if given.
+    fn next(&mut self, limit: Option<Duration>) -> Option<Event> {
+        if let Some(e) = self.later.pop_front() {
+            return Some(e);
+        }
+        match limit {
+            Some(l) => self.events.recv_timeout(l).ok(),
+            None => self.events.recv().ok(),
+        }
+    }
+
+    /// Waits for server `id` to say something `want` accepts; other events are
+    /// put aside for later. The server's exit, or `limit` passing, is an error.
+    fn wait_for(
+        &mut self,
+        id: u64,
+        limit: Duration,
+        want: impl Fn(&Msg) -> bool,
+    ) -> Result<(Msg, Vec<OwnedFd>), String> {
+        let deadline = Instant::now() + limit;
+        let mut aside = Vec::new();
+        let r = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Event::FromServer(i, Msg::Failed(why), _)) if i == id => break Err(why),
+                Ok(Event::FromServer(i, m, fds)) if i == id && want(&m) => break Ok((m, fds)),
+                Ok(Event::ServerGone(i)) if i == id => {
+                    break Err("the server exited before it could serve".into())
+                }
+                Ok(e) => aside.push(e),
+                Err(_) => break Err(format!("the server gave no answer within {limit:?}")),
+            }
+        };
+        self.later.extend(aside);
+        r
+    }
+
+    fn prepared(&mut self, s: &Server) -> Result<(), String> {
+        self.wait_for(s.id, PREPARE_LIMIT, |m| *m == Msg::Prepared)
+            .map(drop)
+    }
+
+    /// Hands server `s` the connection and waits until it serves, keeping the
+    /// compacted journal it sends back on the way.
+    fn take(&mut self, s: &Server, start: Start) -> Result<(), String> {
+        let fds: [RawFd; 2] = [self.device.as_raw_fd(), self.journal.as_raw_fd()];
+        s.link
+            .send(&Msg::Take(start), &fds)
+            .map_err(|e| format!("cannot hand the connection over: {e}"))?;
+        loop {
+            let (m, mut fds) = self.wait_for(s.id, PREPARE_LIMIT, |m| {
+                matches!(m, Msg::Journal | Msg::Serving)
+            })?;
+            match m {
+                Msg::Journal => {
+                    if let Some(j) = fds.pop() {
+                        self.journal = j;
+                    }
+                    s.link
+                        .send(&Msg::JournalKept, &[])
+                        .map_err(|e| e.to_string())?;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// The exit status of the current server, once it has exited.
+    fn reap(&mut self) -> String {
+        match self.server.take() {
+            Some(mut s) => match s.child.wait() {
+                Ok(st) => st.to_string(),
+                Err(e) => e.to_string(),
+            },
+            None => "gone".into(),
+        }
+    }
+
+    /// Starts servers until one takes over, waiting a little longer after each
+    /// that fails. Requests wait for the first tries; past them the keeper
+    /// answers them itself, with `EIO`, until a server takes over: a mount that
+    /// cannot be served fails its calls, it never stalls them.
+    fn restart_after_crash(&mut self) {
+        let mut pause = Duration::from_millis(100);
+        let mut refusing: Option<kernel::Running> = None;
+        for attempt in 1.. {
+            self.restarts += 1;
+            let next = self.spawn_server().and_then(|s| {
+                self.prepared(&s)?;
+                Ok(s)
+            });
+            let next = next.and_then(|s| {
+                // The stand-in answered what it took: nothing to send again from
+                // it; what the dead server took is sent again either way.
+                if let Some(r) = refusing.take() {
+                    r.stop();
+                    r.join();
+                }
+                self.take(&s, Start::AfterCrash).map(|()| s)
+            });
+            match next {
+                Ok(s) => {
+                    tracing::info!("a new server took over {}", self.mountpoint.display());
+                    self.server = Some(s);
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "a new server could not take over: {e}; trying again in {pause:?}"
+                    );
+                    if attempt == 3 && refusing.is_none() {
+                        refusing = self.refuse();
+                    }
+                    if self.stop_requested() {
+                        if let Some(r) = refusing.take() {
+                            r.stop();
+                            r.join();
+                        }
+                        return;
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Answers every request with `EIO` from this process, until stopped.
+    fn refuse(&self) -> Option<kernel::Running> {
+        let dev = self.device.try_clone().ok()?;
+        let chan = std::sync::Arc::new(kernel::Channel::new(dev).ok()?);
+        tracing::error!(
+            "no server can take {} over: its calls fail (EIO) until one can",
+            self.mountpoint.display()
+        );
+        kernel::Running::start(chan, std::sync::Arc::new(Refuse), 1, false).ok()
+    }
+
+    /// Whether an unmount or a terminating signal waits among the events.
+    fn stop_requested(&mut self) -> bool {
+        while let Ok(e) = self.events.try_recv() {
+            self.later.push_back(e);
+        }
+        self.later.iter().any(|e| match e {
+            Event::Signal(s) => *s != libc::SIGHUP,
+            Event::Control(c, _) => c == "unmount",
+            _ => false,
+        })
+    }
+
+    /// A planned handover: the successor is started and checked first; the old
+    /// server drains; then the successor takes over.
+    fn handover(&mut self) -> Result<(), String> {
+        let next = self.spawn_server()?;
+        if let Err(e) = self.prepared(&next) {
+            kill(&next.child);
+            return Err(format!(
+                "the new server cannot start, the old one goes on: {e}"
+            ));
+        }
+        let old = self.server.take().ok_or("no server is running")?;
+        let _ = old.link.send(&Msg::Stop, &[]);
+        let drained = self
+            .wait_for(old.id, HANDOVER_LIMIT, |m| *m == Msg::Drained)
+            .is_ok();
+        let mut old = old;
+        let deadline = Instant::now() + HANDOVER_LIMIT;
+        while old.child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                kill(&old.child);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let start = if drained {
+            Start::Handover
+        } else {
+            Start::AfterCrash
+        };
+        match self.take(&next, start) {
+            Ok(()) => {
+                self.handovers += 1;
+                self.server = Some(next);
+                tracing::info!("handed {} over to a new server", self.mountpoint.display());
+                Ok(())
+            }
+            Err(e) => {
+                kill(&next.child);
+                self.restart_after_crash();
+                Err(format!(
+                    "the new server failed to take over ({e}); another did"
+                ))
+            }
+        }
+    }
+
+    fn wait_server_exit(&mut self, limit: Duration) {
+        if let Some(mut s) = self.server.take() {
+            let deadline = Instant::now() + limit;
+            while s.child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    kill(&s.child);
+                    let _ = s.child.wait();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Unmounts, and waits for the server to see it.
+    fn unmount(mut self) -> Result<(), String> {
+        tracing::info!("unmounting {}", self.mountpoint.display());
+        if let Err(e) = kernel::mount::unmount(&self.mountpoint, false) {
+            tracing::warn!("unmount failed ({e}); detaching lazily");
+            let _ = kernel::mount::unmount(&self.mountpoint, true);
+        }
+        let ended = self.server.as_ref().map(|s| s.id).and_then(|id| {
+            self.wait_for(id, UNMOUNT_WAIT, |m| *m == Msg::Unmounted)
+                .ok()
+        });
+        if ended.is_none() {
+            // Unmounted here, but the connection lives on: a mount namespace made
+            // after the mount (a container) holds a copy of it, so the kernel
+            // keeps asking. End it rather than hang: through fusectl, else by
+            // exiting, which closes the device.
+            tracing::warn!(
+                "{} is still held by another mount namespace; ending its FUSE connection",
+                self.mountpoint.display()
+            );
+            if let Some(id) = self.connection {
+                crate::abort_connection(id);
+            }
+        }
+        self.wait_server_exit(UNMOUNT_WAIT);
+        let _ = std::fs::remove_file(&self.control);
+        Ok(())
+    }
+}
+
+/// The keeper's stand-in while no server can serve: every call fails at once.
+struct Refuse;
+
+impl kernel::Handler for Refuse {
+    fn request(&self, _h: &kernel::Header, _op: kernel::Op<'_>, reply: kernel::Reply) {
+        reply.error(libc::EIO);
+    }
+}
+
+fn kill(child: &Child) {
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+}
+
+fn dup_null() -> Result<OwnedFd, String> {
+    std::fs::File::open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|e| e.to_string())
+}
+
+/// The live connection a keeper is handed to adopt, if any.
+fn adopted_fds() -> Result<Option<(OwnedFd, OwnedFd)>, String> {
+    let Some(v) = std::env::var_os(ADOPT_ENV) else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy().into_owned();
+    let parse = |s: &str| -> Result<OwnedFd, String> {
+        let fd: RawFd = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{ADOPT_ENV}={v}: not two descriptors"))?;
+        // SAFETY: a descriptor our parent left open for us, owned from here.
+        let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // Not passed on to the servers by inheritance: they get copies.
+        // SAFETY: setting FD_CLOEXEC on a descriptor we own.
+        unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        Ok(owned)
+    };
+    let (a, b) = v
+        .split_once(',')
+        .ok_or_else(|| format!("{ADOPT_ENV}={v}: not two descriptors"))?;
+    Ok(Some((parse(a)?, parse(b)?)))
+}
+
+/// SIGTERM, SIGINT and SIGHUP as events, from a thread of their own.
+fn signals(tx: Sender<Event>) -> Result<(), String> {
+    // SAFETY: building and installing a signal mask for this thread (and those it
+    // starts, which inherit it); sigwait then takes the signals synchronously.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err("cannot block signals".into());
+        }
+        std::thread::spawn(move || loop {
+            let mut sig = 0;
+            if libc::sigwait(&set, &mut sig) == 0 && tx.send(Event::Signal(sig)).is_err() {
+                return;
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Listens on `path` for control commands, one line per connection.
+fn control_socket(path: &Path, tx: Sender<Event>) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("control socket directory {}: {e}", dir.display()))?;
+    }
+    // A socket left by a keeper that is gone.
+    if UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    let listener =
+        UnixListener::bind(path).map_err(|e| format!("control socket {}: {e}", path.display()))?;
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut line = String::new();
+            let Ok(c) = conn.try_clone() else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+            if BufReader::new(c).read_line(&mut line).is_ok()
+                && tx
+                    .send(Event::Control(line.trim().to_owned(), conn))
+                    .is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
