@@ -72,6 +72,17 @@ struct Args {
     /// listing; 0 turns it off (default 32).
     #[arg(long, value_name = "FILES")]
     prefetch_files: Option<usize>,
+    /// The mount's own disk tier: keep blocks read in this directory (files held
+    /// there whole are read by the kernel directly).
+    #[arg(long, value_name = "DIR")]
+    disk_cache: Option<PathBuf>,
+    /// Bound of the disk tier, like "10GiB" (with --disk-cache or mount.disk_cache).
+    #[arg(long, value_name = "SIZE")]
+    disk_cache_size: Option<String>,
+    /// The zone this reader is in: it routes only to nodes of its zone (with a
+    /// [cluster]; nothing without one).
+    #[arg(long, value_name = "ZONE")]
+    zone: Option<String>,
     /// Serve Prometheus metrics on this address, like 127.0.0.1:9180.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
@@ -102,7 +113,8 @@ struct Args {
     serve: bool,
     /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
     /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N, prefetch_files=N,
-    /// config=FILE, foreground; _netdev, nofail, noauto, defaults and the like are ignored.
+    /// disk_cache=DIR, disk_cache_size=S, zone=Z, config=FILE, foreground; _netdev, nofail,
+    /// noauto, defaults and the like are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
 }
@@ -158,6 +170,13 @@ fn apply_o(args: &mut Args) -> Result<(), String> {
                 ))
             }
             "config" => args.config = args.config.take().or(Some(PathBuf::from(need(v)?))),
+            "disk_cache" => {
+                args.disk_cache = args.disk_cache.take().or(Some(PathBuf::from(need(v)?)))
+            }
+            "disk_cache_size" => {
+                args.disk_cache_size = args.disk_cache_size.take().or(Some(need(v)?))
+            }
+            "zone" => args.zone = args.zone.take().or(Some(need(v)?)),
             other => return Err(format!("unknown mount option {other:?}")),
         }
     }
@@ -189,6 +208,14 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
             .transpose()
             .map_err(|e| format!("--metadata-ttl: {e}"))?,
         prefetch_files: args.prefetch_files,
+        disk_cache: args.disk_cache.clone(),
+        disk_cache_size: args
+            .disk_cache_size
+            .as_deref()
+            .map(Size::parse)
+            .transpose()
+            .map_err(|e| format!("--disk-cache-size: {e}"))?,
+        zone: args.zone.clone(),
         endpoint: args.endpoint.clone(),
         region: args.region.clone(),
         origin_if_missing: true,
@@ -246,15 +273,22 @@ const READY_LINE: &str = "shoal-mount: ready";
 fn daemonize() -> ExitCode {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("shoal-mount"));
-    let mut child = match std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
         .arg("--foreground")
         .env(READY_ENV, "1")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .process_group(0)
-        .spawn()
-    {
+        .stdout(Stdio::piped());
+    // A session of its own: the mount outlives whatever started it (a shell, a
+    // CSI driver whose whole process group is killed on restart).
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("shoal-mount: cannot start the mount process: {e}");

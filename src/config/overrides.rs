@@ -22,6 +22,12 @@ pub struct Overrides {
     pub metadata_ttl: Option<Dur>,
     /// `--prefetch-files`: `mount.prefetch_files`.
     pub prefetch_files: Option<usize>,
+    /// `--disk-cache` and `--disk-cache-size`: `mount.disk_cache`, `mount.disk_cache_size`.
+    pub disk_cache: Option<PathBuf>,
+    pub disk_cache_size: Option<Size>,
+    /// `--zone`: `cluster.zone` (the reader routes within its zone); nothing
+    /// without a `[cluster]`.
+    pub zone: Option<String>,
     /// `--endpoint` and `--region`: an `[origin]` for a config that has none.
     pub endpoint: Option<String>,
     pub region: Option<String>,
@@ -71,6 +77,22 @@ impl Overrides {
                 .get_or_insert_with(RawMount::default)
                 .prefetch_files = Some(n);
             set("mount.prefetch_files", "--prefetch-files");
+        }
+        if let Some(d) = &self.disk_cache {
+            raw.mount.get_or_insert_with(RawMount::default).disk_cache =
+                Some(d.display().to_string());
+            set("mount.disk_cache", "--disk-cache");
+        }
+        if let Some(s) = self.disk_cache_size {
+            raw.mount
+                .get_or_insert_with(RawMount::default)
+                .disk_cache_size = Some(s);
+            set("mount.disk_cache_size", "--disk-cache-size");
+        }
+        // Without a [cluster] there is nothing to route: the zone says nothing.
+        if let (Some(z), Some(c)) = (&self.zone, raw.cluster.as_mut()) {
+            c.zone = Some(z.clone());
+            set("cluster.zone", "--zone");
         }
         let from_flags = self.endpoint.is_some() || self.region.is_some();
         match raw.origin {

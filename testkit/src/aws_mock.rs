@@ -44,6 +44,8 @@ struct State {
     issued: Mutex<Vec<Issued>>,
     /// The web identity token STS must be shown.
     web_identity_token: Mutex<Option<String>>,
+    /// Tokens STS accepts for a given role only, and the buckets that role may use.
+    identities: Mutex<HashMap<String, (String, Vec<String>)>>,
     /// STS's AssumeRole must be signed with this access key (the source profile).
     assume_role_signer: Mutex<Option<String>>,
 }
@@ -84,6 +86,7 @@ impl AwsMock {
             hits: Mutex::new(HashMap::new()),
             issued: Mutex::new(Vec::new()),
             web_identity_token: Mutex::new(None),
+            identities: Mutex::new(HashMap::new()),
             assume_role_signer: Mutex::new(None),
         });
         let st = state.clone();
@@ -139,6 +142,19 @@ impl AwsMock {
         *self.state.lifetime.lock().unwrap() = d;
     }
 
+    /// STS accepts `token` for `role` (and only that role), and the credentials
+    /// it issues for it may use only `buckets` on the origin: a pod's own
+    /// service-account token and role.
+    pub fn grant_web_identity(&self, token: &str, role: &str, buckets: &[&str]) {
+        self.state.identities.lock().unwrap().insert(
+            token.to_owned(),
+            (
+                role.to_owned(),
+                buckets.iter().map(|b| b.to_string()).collect(),
+            ),
+        );
+    }
+
     pub fn expect_web_identity_token(&self, t: &str) {
         *self.state.web_identity_token.lock().unwrap() = Some(t.to_owned());
     }
@@ -174,6 +190,11 @@ impl State {
     }
 
     fn issue(&self) -> Issued {
+        self.issue_scoped(None)
+    }
+
+    /// Issues credentials; `buckets` limits what they may use on the origin.
+    fn issue_scoped(&self, buckets: Option<&[String]>) -> Issued {
         let n = self.counter.fetch_add(1, Relaxed);
         let salt: u32 = rand::random();
         let i = Issued {
@@ -185,6 +206,9 @@ impl State {
         self.keys.add(&i.access_key, &i.secret);
         self.policy
             .add_session(&i.access_key, &i.token, Some(i.expires));
+        if let Some(b) = buckets {
+            self.policy.scope_key(&i.access_key, b);
+        }
         self.issued.lock().unwrap().push(i.clone());
         i
     }
@@ -295,6 +319,7 @@ async fn answer(
 
 fn sts(st: &State, form: &HashMap<String, String>, auth: Option<&str>) -> Response<Full<Bytes>> {
     let action = form.get("Action").map(String::as_str).unwrap_or("");
+    let mut scoped: Option<Vec<String>> = None;
     let refuse = |code: &str, msg: &str| {
         reply(
             StatusCode::FORBIDDEN,
@@ -306,8 +331,19 @@ fn sts(st: &State, form: &HashMap<String, String>, auth: Option<&str>) -> Respon
     let op = match action {
         "AssumeRoleWithWebIdentity" => {
             st.hit("sts-web-identity");
+            let token = form.get("WebIdentityToken").cloned().unwrap_or_default();
+            let granted = st.identities.lock().unwrap().get(&token).cloned();
+            if let Some((role, buckets)) = granted {
+                if form.get("RoleArn") != Some(&role) {
+                    return refuse(
+                        "AccessDenied",
+                        "Not authorized to perform sts:AssumeRoleWithWebIdentity",
+                    );
+                }
+                scoped = Some(buckets);
+            }
             let want = st.web_identity_token.lock().unwrap().clone();
-            if want.is_none() || form.get("WebIdentityToken") != want.as_ref() {
+            if scoped.is_none() && (want.is_none() || Some(&token) != want.as_ref()) {
                 return refuse(
                     "InvalidIdentityToken",
                     "The web identity token is not the one expected",
@@ -331,10 +367,10 @@ fn sts(st: &State, form: &HashMap<String, String>, auth: Option<&str>) -> Respon
         }
         _ => return refuse("InvalidAction", "unknown action"),
     };
-    if form.get("RoleArn").map(String::as_str) != Some(ROLE_ARN) {
+    if scoped.is_none() && form.get("RoleArn").map(String::as_str) != Some(ROLE_ARN) {
         return refuse("AccessDenied", "no such role");
     }
-    let i = st.issue();
+    let i = st.issue_scoped(scoped.as_deref());
     let session = form.get("RoleSessionName").cloned().unwrap_or_default();
     reply(
         StatusCode::OK,

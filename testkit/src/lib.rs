@@ -7,6 +7,7 @@ mod aws_mock;
 mod client;
 mod config;
 mod data;
+mod kube;
 mod metrics;
 mod moto;
 mod origin;
@@ -22,6 +23,7 @@ pub use config::{
     without_auth,
 };
 pub use data::data;
+pub use kube::KubeApi;
 pub use metrics::{metric, metric_required, scrape};
 pub use moto::Moto;
 pub use origin::{origin, origin_client, BUCKET};

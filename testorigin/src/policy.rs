@@ -32,6 +32,8 @@ struct Session {
 pub struct Policy {
     buckets: Arc<RwLock<HashMap<String, BucketPolicy>>>,
     sessions: Arc<RwLock<HashMap<String, Session>>>,
+    /// Keys that may use only these buckets (a role's permissions).
+    scopes: Arc<RwLock<HashMap<String, Vec<String>>>>,
 }
 
 /// An answer refusing a request, as S3 gives it.
@@ -58,6 +60,15 @@ impl Policy {
                 expires,
             },
         );
+    }
+
+    /// Requests signed with `access_key` may use only `buckets`; any other is
+    /// AccessDenied, as for a role whose policy names only those.
+    pub fn scope_key(&self, access_key: &str, buckets: &[String]) {
+        self.scopes
+            .write()
+            .unwrap()
+            .insert(access_key.to_owned(), buckets.to_vec());
     }
 
     /// Ends every session now, as if their tokens had all expired early: the
@@ -106,6 +117,19 @@ impl Policy {
                         "The provided token has expired.",
                     ));
                 }
+            }
+        }
+        if let Some(ak) = &access_key {
+            let scopes = self.scopes.read().unwrap();
+            if scopes
+                .get(ak)
+                .is_some_and(|b| !b.iter().any(|b| b == bucket))
+            {
+                return Some(refuse(
+                    StatusCode::FORBIDDEN,
+                    "AccessDenied",
+                    "Access Denied",
+                ));
             }
         }
         let p = self.buckets.read().unwrap().get(bucket).cloned()?;

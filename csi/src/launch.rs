@@ -1,0 +1,152 @@
+//! Starting a volume's mount: a `shoal-mount` keeper of its own (its command line
+//! names the target path), outside the plugin so that a restart of the plugin
+//! breaks no mount.
+//!
+//! - `direct`: a process in a session of its own, outside the plugin's process
+//!   group. It outlives the plugin's process (its crash, its SIGKILL) but not its
+//!   container: for a plugin outside containers, and for tests.
+//! - `systemd`: a transient unit of the host's systemd (`systemd-run`), so that
+//!   a DaemonSet rollout, which kills every process of the plugin's container,
+//!   leaves the mounts served. The plugin's container then needs the host's
+//!   `/run/systemd` and `shoal-mount` at a host path (the manifests copy it to
+//!   the plugin directory); a keeper of a unit cannot adopt a connection, so the
+//!   plugin's copies serve only `direct` keepers.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::error::CsiError;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Launcher {
+    Direct,
+    Systemd,
+}
+
+/// One keeper's start: what to run, with what.
+pub struct Launch {
+    pub mount_bin: PathBuf,
+    /// `shoal-mount`'s arguments (config, control socket, options, source, target).
+    pub args: Vec<String>,
+    /// Set for the keeper and its servers; `None` removes a variable.
+    pub env: Vec<(String, Option<String>)>,
+    /// The mount's log.
+    pub log: PathBuf,
+    /// A unit name for `systemd`.
+    pub unit: String,
+}
+
+impl Launcher {
+    pub fn parse(s: &str) -> Result<Launcher, String> {
+        match s {
+            "direct" => Ok(Launcher::Direct),
+            "systemd" => Ok(Launcher::Systemd),
+            other => Err(format!(
+                "--launcher {other:?} is neither direct nor systemd"
+            )),
+        }
+    }
+
+    /// Starts the keeper and waits until the mount is live; the mount's own error
+    /// otherwise.
+    pub fn start(&self, l: &Launch) -> Result<(), CsiError> {
+        let out = match self {
+            Launcher::Direct => {
+                // Background mode: it returns once the mount is live (the keeper
+                // in a session of its own), or with why not on stderr.
+                let mut cmd = Command::new(&l.mount_bin);
+                cmd.args(&l.args)
+                    .arg("--log-file")
+                    .arg(&l.log)
+                    .stdin(Stdio::null());
+                apply_env(&mut cmd, &l.env);
+                cmd.output()
+            }
+            Launcher::Systemd => {
+                let mut cmd = Command::new("systemd-run");
+                cmd.arg(format!("--unit={}", l.unit))
+                    .args(["--collect", "--quiet", "--property=Type=notify"])
+                    .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"]);
+                for (k, v) in &l.env {
+                    if let Some(v) = v {
+                        cmd.arg(format!("--setenv={k}={v}"));
+                    }
+                }
+                cmd.arg("--")
+                    .arg(&l.mount_bin)
+                    .arg("--foreground")
+                    .args(&l.args);
+                cmd.output()
+            }
+        }
+        .map_err(|e| CsiError::Mount(format!("cannot start {}: {e}", l.mount_bin.display())))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let mut why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        if *self == Launcher::Systemd {
+            if let Ok(j) = Command::new("journalctl")
+                .args(["--no-pager", "-n", "20", "-u", &l.unit])
+                .output()
+            {
+                why.push('\n');
+                why.push_str(String::from_utf8_lossy(&j.stdout).trim());
+            }
+        }
+        if why.is_empty() {
+            why = format!("shoal-mount exited with {}", out.status);
+        }
+        Err(CsiError::Mount(why))
+    }
+
+    /// Starts a new keeper on a live connection whose keeper is gone: the
+    /// plugin's copies of its device and journal (`direct` only).
+    pub fn adopt(&self, l: &Launch, fds: &(OwnedFd, OwnedFd)) -> Result<(), CsiError> {
+        if *self != Launcher::Direct {
+            return Err(CsiError::Internal(
+                "only a direct launcher's keepers can be replaced by the plugin".into(),
+            ));
+        }
+        let (dev, journal) = (fds.0.try_clone()?, fds.1.try_clone()?);
+        let (d, j) = (dev.as_raw_fd(), journal.as_raw_fd());
+        let mut cmd = Command::new(&l.mount_bin);
+        cmd.args(&l.args)
+            .arg("--log-file")
+            .arg(&l.log)
+            .stdin(Stdio::null())
+            .env(shoal_mount::keeper::ADOPT_ENV, format!("{d},{j}"));
+        apply_env(&mut cmd, &l.env);
+        // SAFETY: only async-signal-safe calls: the two descriptors are made
+        // inheritable in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in [d, j] {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().map_err(|e| CsiError::Mount(e.to_string()))?;
+        drop((dev, journal));
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(CsiError::Mount(
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ))
+        }
+    }
+}
+
+fn apply_env(cmd: &mut Command, env: &[(String, Option<String>)]) {
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+}

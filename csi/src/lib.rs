@@ -1,0 +1,182 @@
+//! `shoal-csi`: a CSI node plugin (spec 1.12) that makes S3 buckets Kubernetes
+//! volumes, each read through the shoal cluster by a `shoal-mount` of its own.
+//!
+//! A publish ([`node`]) checks the request ([`volume`], [`options`]), finds the
+//! pod's role for `authenticationSource: pod` ([`pod_identity`]), writes the
+//! volume's files under the state directory ([`published`]) and starts its
+//! mount's keeper outside the plugin ([`launch`]), then keeps a copy of the
+//! mount's connection. The plugin may restart at any time: at start it finds the
+//! volumes it published and takes back their copies, and it replaces a keeper
+//! that dies on the same connection, so no published mount ever breaks.
+//! [`identity`] answers who the plugin is; [`error`] maps failures to gRPC codes.
+
+pub mod error;
+pub mod identity;
+pub mod launch;
+pub mod node;
+pub mod options;
+pub mod pod_identity;
+pub mod published;
+pub mod volume;
+
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!("proto/csi.v1.rs");
+}
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use launch::Launcher;
+use pod_identity::KubeApi;
+use published::{control_of, Published, Volumes};
+
+/// The topology key a zone is given under.
+pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+
+/// What the plugin is started with.
+pub struct PluginConfig {
+    pub node_id: String,
+    pub zone: Option<String>,
+    /// Where published volumes' files live (a host path on Kubernetes).
+    pub state_dir: PathBuf,
+    pub mount_bin: PathBuf,
+    pub launcher: Launcher,
+    /// The config a volume names none of.
+    pub default_config: PathBuf,
+    pub kube: KubeApi,
+}
+
+pub struct Plugin {
+    pub node_id: String,
+    pub zone: Option<String>,
+    pub mount_bin: PathBuf,
+    pub launcher: Launcher,
+    pub default_config: PathBuf,
+    pub kube: KubeApi,
+    pub volumes: Volumes,
+}
+
+impl Plugin {
+    /// A plugin with the volumes published before it (by an earlier run) taken back.
+    pub fn start(c: PluginConfig) -> Result<Arc<Plugin>, String> {
+        let root = c.state_dir.join("volumes");
+        std::fs::create_dir_all(&root)
+            .map_err(|e| format!("state directory {}: {e}", root.display()))?;
+        let p = Arc::new(Plugin {
+            node_id: c.node_id,
+            zone: c.zone,
+            mount_bin: c.mount_bin,
+            launcher: c.launcher,
+            default_config: c.default_config,
+            kube: c.kube,
+            volumes: Volumes::new(root),
+        });
+        p.recover();
+        Ok(p)
+    }
+
+    /// Takes back what an earlier run published: a live mount's record and a
+    /// copy of its connection; a record whose mount is gone is dropped.
+    fn recover(&self) {
+        for (dir, record) in self.volumes.on_disk() {
+            let target = record.target.clone();
+            if !shoal_mount::is_mounted(&target) {
+                tracing::info!("{} is no longer mounted; forgetting it", target.display());
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
+            let held = match shoal_mount::keeper::ask_fds(&control_of(&dir)) {
+                Ok(fds) => Some(fds),
+                Err(e) => {
+                    tracing::error!(
+                        "{}: its keeper does not answer ({e}) and this plugin holds no copy of its connection: the next publish of it mounts it again",
+                        target.display()
+                    );
+                    None
+                }
+            };
+            tracing::info!(
+                "took back {} (volume {:?})",
+                target.display(),
+                record.fingerprint.volume_id
+            );
+            self.volumes
+                .map
+                .lock()
+                .unwrap()
+                .insert(target, Published { dir, record, held });
+        }
+    }
+
+    /// Whether a mount could start now; why not otherwise.
+    pub fn can_mount(&self) -> Result<(), String> {
+        if !std::path::Path::new("/dev/fuse").exists() {
+            return Err("/dev/fuse is missing".into());
+        }
+        let out = std::process::Command::new(&self.mount_bin)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("{}: {e}", self.mount_bin.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} --version failed", self.mount_bin.display()));
+        }
+        Ok(())
+    }
+
+    /// Replaces, on the same connection, the keeper of any published volume that
+    /// has gone (the plugin holds a copy of its connection); every `every`.
+    pub async fn watch_keepers(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let me = self.clone();
+            let _ = tokio::task::spawn_blocking(move || me.replace_lost_keepers()).await;
+        }
+    }
+
+    fn replace_lost_keepers(&self) {
+        let targets: Vec<PathBuf> = self.volumes.map.lock().unwrap().keys().cloned().collect();
+        for target in targets {
+            let lock = self.volumes.lock(&target);
+            let Ok(_held) = lock.try_lock() else {
+                // A publish or unpublish of it is under way.
+                continue;
+            };
+            let map = self.volumes.map.lock().unwrap();
+            let Some(p) = map.get(&target) else { continue };
+            if shoal_mount::keeper::ask(&p.control(), "status").is_ok() {
+                continue;
+            }
+            let Some(fds) = &p.held else { continue };
+            tracing::warn!(
+                "the keeper of {} is gone; starting another on the same connection",
+                target.display()
+            );
+            let launch = self.launch_of(&p.record, &p.dir);
+            match self.launcher.adopt(&launch, fds) {
+                Ok(()) => tracing::info!("{} is kept again", target.display()),
+                Err(e) => tracing::error!("cannot keep {} again: {e}", target.display()),
+            }
+        }
+    }
+}
+
+/// Serves the Identity and Node services on `listener` until `shutdown`.
+pub async fn serve(
+    plugin: Arc<Plugin>,
+    listener: tokio::net::UnixListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    tokio::spawn(plugin.clone().watch_keepers(Duration::from_secs(1)));
+    tonic::transport::Server::builder()
+        .add_service(proto::identity_server::IdentityServer::new(plugin.clone()))
+        .add_service(proto::node_server::NodeServer::new(plugin))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,144 @@
+//! `shoal-csi`: the CSI node plugin. Serves CSI's Identity and Node services on a
+//! Unix socket, as kubelet (through node-driver-registrar) expects.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use shoal_csi::launch::Launcher;
+use shoal_csi::pod_identity::KubeApi;
+use shoal_csi::{Plugin, PluginConfig};
+
+/// CSI node plugin for shoal (driver csi.shoal): S3 buckets as read-only volumes,
+/// each mounted by a shoal-mount of its own and read through the shoal cluster.
+///
+/// A PersistentVolume names the bucket in volumeAttributes (bucket, and optionally
+/// prefix, config, authenticationSource: pod, cache: emptyDir with cacheSize);
+/// its mountOptions are shoal-mount's long options without dashes
+/// (metadata-ttl=30s, uid=1000, allow-other, cache-size=512MiB, ...). Mounts
+/// outlive this plugin: a restart takes back the volumes it published.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Where to serve CSI: unix:///PATH/csi.sock (or a plain path).
+    #[arg(long, env = "CSI_ENDPOINT")]
+    endpoint: String,
+    /// This node's id, as NodeGetInfo reports it (the Kubernetes node name).
+    #[arg(long, env = "CSI_NODE_ID")]
+    node_id: String,
+    /// This node's zone: reported as topology.kubernetes.io/zone, and the zone
+    /// its mounts route in.
+    #[arg(long, env = "CSI_ZONE")]
+    zone: Option<String>,
+    /// Where published volumes' files are kept (configs, tokens, disk tiers, logs,
+    /// control sockets); must outlive the plugin.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins/csi.shoal")]
+    state_dir: PathBuf,
+    /// The shoal-mount binary (default: beside this one, else on PATH).
+    #[arg(long)]
+    mount_bin: Option<PathBuf>,
+    /// How mounts' keepers run: direct (processes of their own, outside the
+    /// plugin) or systemd (transient units of the host's systemd, which outlive
+    /// the plugin's container).
+    #[arg(long, default_value = "direct", value_parser = Launcher::parse)]
+    launcher: Launcher,
+    /// The mount config of a volume that names no config attribute.
+    #[arg(long, default_value = "/etc/shoal/mount.toml")]
+    default_config: PathBuf,
+    /// The Kubernetes API (for a pod's ServiceAccount role); in a cluster, the
+    /// API server of KUBERNETES_SERVICE_HOST with the pod's own token and CA.
+    #[arg(long)]
+    kube_api: Option<String>,
+    #[arg(long, requires = "kube_api")]
+    kube_token_file: Option<PathBuf>,
+    #[arg(long, requires = "kube_api")]
+    kube_ca_file: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    shoal::heap::fewer_arenas();
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal-csi: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let socket = args
+        .endpoint
+        .strip_prefix("unix://")
+        .or_else(|| args.endpoint.strip_prefix("unix:"))
+        .unwrap_or(&args.endpoint);
+    let socket = PathBuf::from(socket);
+    if !socket.is_absolute() {
+        return Err(format!(
+            "--endpoint {}: not a Unix socket path (unix:///PATH/csi.sock)",
+            args.endpoint
+        ));
+    }
+    if args.node_id.trim().is_empty() {
+        return Err("--node-id is empty".into());
+    }
+    let mount_bin = args.mount_bin.unwrap_or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("shoal-mount")))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from("shoal-mount"))
+    });
+    let kube = match args.kube_api {
+        Some(url) => KubeApi {
+            url,
+            token_file: args
+                .kube_token_file
+                .unwrap_or_else(|| KubeApi::in_cluster().token_file),
+            ca_file: args.kube_ca_file,
+        },
+        None => KubeApi::in_cluster(),
+    };
+    let plugin = Plugin::start(PluginConfig {
+        node_id: args.node_id,
+        zone: args.zone.filter(|z| !z.is_empty()),
+        state_dir: args.state_dir,
+        mount_bin,
+        launcher: args.launcher,
+        default_config: args.default_config,
+        kube,
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        if let Some(dir) = socket.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        // A socket left by an earlier run.
+        let _ = std::fs::remove_file(&socket);
+        let listener = tokio::net::UnixListener::bind(&socket)
+            .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+        tracing::info!("serving CSI on {}", socket.display());
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            // The mounts go on: they are not this process's.
+            tracing::info!("stopping; published volumes stay mounted");
+        };
+        shoal_csi::serve(plugin, listener, shutdown).await
+    })
+}

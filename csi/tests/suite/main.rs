@@ -1,0 +1,10 @@
+//! The CSI plugin's integration tests, one binary: the real `shoal-csi` binary
+//! driven over its socket as kubelet drives it, by a gRPC client built from the
+//! same `csi.proto`, against real nodes, the test origin and real mounts read
+//! with ordinary tools.
+
+mod common;
+
+mod node;
+mod pod_credentials;
+mod restart;

@@ -1,0 +1,193 @@
+//! The plugin's own restart breaks no mount: eight readers read a published
+//! volume for 30 s while the plugin's whole process group is SIGKILLed (what a
+//! container restart does to its processes) and started again, and while a
+//! mount's keeper is killed (the plugin, holding a copy of the connection, starts
+//! another on it). The restarted plugin finds what it published, and unpublishes
+//! it. `SHOAL_HANDOVER_SECONDS` (default 30) sets how long the readers read.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const READERS: usize = 8;
+const HUNG: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(dir.path(), "n", &node_toml(&o, "", ""));
+    let bodies: Vec<bytes::Bytes> = (0..4)
+        .map(|i| {
+            let b = data(4 << 20, 90 + i);
+            o.put(BUCKET, &format!("r/f{i}"), b.clone());
+            b
+        })
+        .collect();
+    let cfg = dir.path().join("mount.toml");
+    std::fs::write(
+        &cfg,
+        mount_toml(&o, &[&node], "[cache]\nram_size = \"8MiB\"\n"),
+    )
+    .unwrap();
+    let mut plugin = Plugin::start(dir.path(), &cfg, &[], &[]);
+    let (_, mut client) = plugin.clients().await;
+    let target = pod_volume_dir(dir.path(), "pod-r", "pv-r");
+    client
+        .node_publish_volume(publish(
+            "vol-r",
+            &target,
+            &[("bucket", BUCKET), ("prefix", "r")],
+            &[],
+        ))
+        .await
+        .unwrap();
+    let secs = Duration::from_secs(
+        std::env::var("SHOAL_HANDOVER_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(30),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (calls, failed, wrong, slowest) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (t, bodies, stop) = (target.clone(), bodies.clone(), stop.clone());
+            let (calls, failed, wrong, slowest) = (
+                calls.clone(),
+                failed.clone(),
+                wrong.clone(),
+                slowest.clone(),
+            );
+            std::thread::spawn(move || {
+                use std::io::{Read, Seek, SeekFrom};
+                let i = r % bodies.len();
+                let mut f = std::fs::File::open(t.join(format!("f{i}"))).unwrap();
+                let mut buf = vec![0u8; 128 << 10];
+                let mut at = 0usize;
+                let mut step = 0;
+                while !stop.load(Relaxed) {
+                    let t0 = Instant::now();
+                    let r = f
+                        .seek(SeekFrom::Start(at as u64))
+                        .and_then(|_| f.read(&mut buf));
+                    // Also a fresh open now and then: new inodes and handles.
+                    let r2 = (step % 16 == 0)
+                        .then(|| std::fs::read(t.join(format!("f{}", (i + 1) % bodies.len()))));
+                    slowest.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
+                    calls.fetch_add(1 + r2.is_some() as u64, Relaxed);
+                    match r {
+                        Ok(n) => {
+                            if buf[..n] != bodies[i][at..at + n] {
+                                wrong.fetch_add(1, Relaxed);
+                            }
+                            at = if n == 0 || at + n >= bodies[i].len() {
+                                0
+                            } else {
+                                at + n
+                            };
+                        }
+                        Err(e) => {
+                            eprintln!("read failed: {e}");
+                            failed.fetch_add(1, Relaxed);
+                        }
+                    }
+                    match r2 {
+                        Some(Ok(b)) if b != bodies[(i + 1) % bodies.len()] => {
+                            wrong.fetch_add(1, Relaxed);
+                        }
+                        Some(Err(e)) => {
+                            eprintln!("read of another file failed: {e}");
+                            failed.fetch_add(1, Relaxed);
+                        }
+                        _ => {}
+                    }
+                    step += 1;
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let at = |f: u32| secs * f / 4;
+    let mut events = Vec::new();
+    // A quarter in: the plugin killed with its process group, and started again.
+    while t0.elapsed() < at(1) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    plugin.kill_and_restart();
+    events.push("plugin restarted");
+    // Halfway: the mount's keeper killed; the plugin keeps it again.
+    while t0.elapsed() < at(2) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let control = std::fs::read_dir(plugin.state.join("volumes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("control.sock"))
+        .next()
+        .unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&shoal_mount::keeper::ask(&control, "status").unwrap()).unwrap();
+    let keeper = status["keeper"].as_u64().unwrap() as i32;
+    // SAFETY: a signal to a process this test's plugin started.
+    unsafe { libc::kill(keeper, libc::SIGKILL) };
+    events.push("keeper killed");
+    // Three quarters in: the plugin restarted once more.
+    while t0.elapsed() < at(3) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    plugin.kill_and_restart();
+    events.push("plugin restarted");
+    while t0.elapsed() < secs {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Relaxed);
+    let deadline = Instant::now() + HUNG;
+    for r in readers {
+        while !r.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a reader is stuck in a call: hung"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        r.join().unwrap();
+    }
+    let after: serde_json::Value =
+        serde_json::from_str(&shoal_mount::keeper::ask(&control, "status").unwrap()).unwrap();
+    println!(
+        "{} calls by {READERS} readers over {secs:?} ({events:?}): {} failed, {} wrong, slowest {:.3} s; keeper {} then {}",
+        calls.load(Relaxed),
+        failed.load(Relaxed),
+        wrong.load(Relaxed),
+        slowest.load(Relaxed) as f64 / 1e6,
+        keeper,
+        after["keeper"],
+    );
+    assert_eq!(wrong.load(Relaxed), 0, "every byte right");
+    assert_eq!(failed.load(Relaxed), 0, "no call failed");
+    assert!(
+        Duration::from_micros(slowest.load(Relaxed)) < HUNG,
+        "no call hung"
+    );
+    assert_ne!(
+        after["keeper"].as_u64(),
+        Some(keeper as u64),
+        "a new keeper"
+    );
+    assert!(calls.load(Relaxed) > 1000);
+    // The restarted plugin knows the volume: it unpublishes it.
+    let (_, mut client) = plugin.clients().await;
+    client
+        .node_unpublish_volume(unpublish("vol-r", &target))
+        .await
+        .unwrap();
+    assert!(!is_mounted(&target) && !target.exists());
+}

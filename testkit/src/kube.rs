@@ -1,0 +1,132 @@
+//! The one Kubernetes API call a CSI node plugin makes, on loopback: a
+//! ServiceAccount read (`GET /api/v1/namespaces/NS/serviceaccounts/NAME`), for
+//! the role its `eks.amazonaws.com/role-arn` annotation names. Requests must carry
+//! the plugin's bearer token, as the API server wants.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+
+type Accounts = Arc<Mutex<HashMap<(String, String), HashMap<String, String>>>>;
+
+pub struct KubeApi {
+    pub addr: std::net::SocketAddr,
+    /// The bearer token requests must show.
+    pub token: String,
+    accounts: Accounts,
+    reads: Arc<Mutex<u64>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl KubeApi {
+    pub async fn start() -> KubeApi {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let token = "kube-api-token-of-the-plugin".to_owned();
+        let accounts: Accounts = Arc::default();
+        let reads = Arc::new(Mutex::new(0));
+        let (a, t, r) = (accounts.clone(), token.clone(), reads.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((sock, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (a, t, r) = (a.clone(), t.clone(), r.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let resp = answer(&a, &t, &r, req);
+                        async move { Ok::<_, std::convert::Infallible>(resp) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(sock), svc)
+                        .await;
+                });
+            }
+        });
+        KubeApi {
+            addr,
+            token,
+            accounts,
+            reads,
+            _task: task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A ServiceAccount `namespace/name` with `annotations`.
+    pub fn service_account(&self, namespace: &str, name: &str, annotations: &[(&str, &str)]) {
+        self.accounts.lock().unwrap().insert(
+            (namespace.to_owned(), name.to_owned()),
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+    }
+
+    /// ServiceAccount reads answered so far.
+    pub fn reads(&self) -> u64 {
+        *self.reads.lock().unwrap()
+    }
+}
+
+fn answer(
+    a: &Accounts,
+    token: &str,
+    reads: &Mutex<u64>,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, body: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if bearer != Some(token) {
+        return reply(
+            StatusCode::UNAUTHORIZED,
+            r#"{"kind":"Status","status":"Failure","reason":"Unauthorized","code":401}"#.into(),
+        );
+    }
+    let path = req.uri().path().to_owned();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let ["api", "v1", "namespaces", ns, "serviceaccounts", name] = parts[..] else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            r#"{"kind":"Status","code":404}"#.into(),
+        );
+    };
+    *reads.lock().unwrap() += 1;
+    match a.lock().unwrap().get(&(ns.to_owned(), name.to_owned())) {
+        Some(ann) => reply(
+            StatusCode::OK,
+            serde_json::json!({
+                "kind": "ServiceAccount",
+                "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": ns, "annotations": ann},
+            })
+            .to_string(),
+        ),
+        None => reply(
+            StatusCode::NOT_FOUND,
+            format!(
+                r#"{{"kind":"Status","status":"Failure","message":"serviceaccounts \"{name}\" not found","reason":"NotFound","code":404}}"#
+            ),
+        ),
+    }
+}
