@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
 arch=$(dpkg --print-architecture)
 out=${1:-target/debian/shoal_${version}_${arch}.deb}
-bins=(shoal-node shoal-mount shoal)
+bins=(shoal-node shoal-mount shoal-csi shoal)
 for b in "${bins[@]}"; do
   [ -x "target/release/$b" ] || {
     echo "deb.sh: target/release/$b is missing: build first (cargo build --release --workspace --bins --examples)" >&2
@@ -55,8 +55,8 @@ Priority: optional
 Description: Mount an S3 bucket read-only and serve its reads from a cluster of cache nodes
  shoal mounts an S3 bucket as a read-only directory and serves its reads from a
  cluster of cache nodes. This package installs shoal-node (the cache node),
- shoal-mount (the FUSE daemon, with a mount.fuse.shoal helper for fstab) and
- shoal (the admin CLI), example configs in /etc/shoal and systemd units.
+ shoal-mount (the FUSE daemon, with a mount.fuse.shoal helper for fstab),
+ shoal-csi (the Kubernetes CSI node plugin) and shoal (the admin CLI), example configs in /etc/shoal and systemd units.
 CONTROL
 mkdir -p "$(dirname "$out")"
 dpkg-deb --root-owner-group --build "$stage" "$out" >/dev/null

@@ -36,6 +36,7 @@ check "dpkg -i installs it" dpkg -i "$work/shoal.deb"
 check "shoal-node --version" bash -c 'shoal-node --version | grep -q "^shoal-node "'
 check "shoal-mount --version" bash -c 'shoal-mount --version | grep -q "^shoal-mount "'
 check "shoal --version" bash -c 'shoal --version | grep -q "^shoal "'
+check "shoal-csi --version" bash -c 'shoal-csi --version | grep -q "^shoal-csi "'
 check "example configs under /etc/shoal" test -f /etc/shoal/node.toml -a -f /etc/shoal/mount.toml
 check "system user and cache dir" bash -c 'getent passwd shoal && [ "$(stat -c %U /var/cache/shoal)" = shoal ]'
 check "mount helper installed" test -x /sbin/mount.fuse.shoal
@@ -70,6 +71,18 @@ check "origin credentials come from service accounts, not keys" sh -c \
    grep -q "serviceAccountName: shoal-node" packaging/kubernetes/statefulset.yaml &&
    grep -q "serviceAccountName: shoal-reader" packaging/kubernetes/reader-pod.yaml &&
    grep -q "eks.amazonaws.com/role-arn" packaging/kubernetes/serviceaccount.yaml'
+check "CSI manifests validate" kubernetes-validate packaging/kubernetes/csi/csidriver.yaml packaging/kubernetes/csi/rbac.yaml \
+  packaging/kubernetes/csi/daemonset.yaml packaging/kubernetes/csi/example-pv.yaml packaging/kubernetes/csi/example-pod-credentials.yaml \
+  packaging/kubernetes/csi/example-cache-emptydir.yaml packaging/kubernetes/csi/example-inline.yaml
+check "CSI driver: pod tokens for STS, republish, inline volumes" sh -c \
+  'grep -q "audience: sts.amazonaws.com" packaging/kubernetes/csi/csidriver.yaml &&
+   grep -q "requiresRepublish: true" packaging/kubernetes/csi/csidriver.yaml &&
+   grep -q "Ephemeral" packaging/kubernetes/csi/csidriver.yaml'
+check "CSI DaemonSet: registrar, liveness probe, mounts outside the container" sh -c \
+  'grep -q "csi-node-driver-registrar" packaging/kubernetes/csi/daemonset.yaml &&
+   grep -q "livenessprobe" packaging/kubernetes/csi/daemonset.yaml &&
+   grep -q "launcher=systemd" packaging/kubernetes/csi/daemonset.yaml &&
+   grep -q "mountPropagation: Bidirectional" packaging/kubernetes/csi/daemonset.yaml'
 check "headless Service publishes not-ready addresses" grep -q "publishNotReadyAddresses: true" packaging/kubernetes/service.yaml
 check "promtool check rules" promtool check rules packaging/monitoring/alerts.yml
 check "Grafana dashboard is JSON" python3 -m json.tool packaging/monitoring/grafana-dashboard.json

@@ -69,7 +69,19 @@ impl Launcher {
                 cmd.arg(format!("--unit={}", l.unit))
                     .args(["--collect", "--quiet", "--property=Type=notify"])
                     .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"]);
-                for (k, v) in &l.env {
+                // A unit starts with systemd's environment, not the plugin's: what
+                // shapes a mount (its secrets' variables, AWS's, proxies) goes
+                // along, then the volume's own.
+                let mut env: Vec<(String, Option<String>)> = std::env::vars()
+                    .filter(|(k, _)| passed_on(k))
+                    .map(|(k, v)| (k, Some(v)))
+                    .collect();
+                env.extend(l.env.iter().cloned());
+                let mut last = std::collections::BTreeMap::new();
+                for (k, v) in env {
+                    last.insert(k, v);
+                }
+                for (k, v) in last {
                     if let Some(v) = v {
                         cmd.arg(format!("--setenv={k}={v}"));
                     }
@@ -140,6 +152,16 @@ impl Launcher {
             ))
         }
     }
+}
+
+/// The plugin's variables a mount started elsewhere needs too.
+fn passed_on(name: &str) -> bool {
+    name.starts_with("SHOAL_")
+        || name.starts_with("AWS_")
+        || matches!(
+            name.to_ascii_uppercase().as_str(),
+            "HTTPS_PROXY" | "HTTP_PROXY" | "ALL_PROXY" | "NO_PROXY" | "RUST_LOG"
+        )
 }
 
 fn apply_env(cmd: &mut Command, env: &[(String, Option<String>)]) {
