@@ -19,8 +19,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 command -v fusermount3 >/dev/null || { echo "== installing fuse3"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; }
-echo "== building (release)"
-cargo build --release --quiet --workspace --bins --examples
+echo "== building (release: the origin, the node, the mount)"
+# Only what the demo runs; scripts/test.sh builds the rest on top of it, with
+# every dependency as built here.
+cargo build --release --quiet -p shoal-testorigin -p shoal-node -p shoal-mount --bins
 bin="$root/target/release"
 
 echo "== sample data"

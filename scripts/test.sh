@@ -36,9 +36,9 @@ phase() { echo "== $1 (at ${SECONDS}s)"; }
 phase "cargo fmt --check"
 cargo fmt --all -- --check
 # One release build serves the tests, the Debian package, the demo and the
-# benches: `cargo build --release --workspace --bins --examples` (what
-# scripts/demo.sh and packaging/test.sh run) has the same features and profile,
-# so after this it only links the few binaries no test needs.
+# benches: every dependency is built with the same features and profile as in
+# scripts/demo.sh's build and packaging/test.sh's, so what one built the others
+# reuse.
 phase "build (release: libraries, binaries, examples, tests)"
 cargo test --release --workspace --locked --no-run
 # Clippy checks in the same profile, so the build's proc-macros and build
