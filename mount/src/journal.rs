@@ -20,7 +20,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shoal::store::ObjectMeta;
 
-use crate::fs::Kind;
 use crate::kernel::Negotiated;
 
 /// One thing the kernel was told.
@@ -29,7 +28,7 @@ pub enum Record {
     Agreed(Negotiated),
     Inode {
         ino: u64,
-        kind: Kind,
+        dir: bool,
         path: String,
     },
     /// The version whose bytes the kernel's page cache holds for `ino`.
@@ -70,8 +69,9 @@ pub enum Record {
 #[derive(Debug, Default)]
 pub struct State {
     pub agreed: Option<Negotiated>,
-    /// By inode number: (kind, path); the latest inode of a path is its current one.
-    pub inodes: Vec<(u64, Kind, String)>,
+    /// In the order handed out: (inode, whether a directory, path); the latest
+    /// inode of a path is its current one.
+    pub inodes: Vec<(u64, bool, String)>,
     pub page_versions: HashMap<u64, String>,
     pub files: HashMap<u64, (u64, ObjectMeta)>,
     pub dirs: HashMap<u64, u64>,
@@ -83,7 +83,7 @@ impl State {
     fn apply(&mut self, r: Record) {
         match r {
             Record::Agreed(n) => self.agreed = Some(n),
-            Record::Inode { ino, kind, path } => self.inodes.push((ino, kind, path)),
+            Record::Inode { ino, dir, path } => self.inodes.push((ino, dir, path)),
             Record::PageVersion { ino, etag } => {
                 self.page_versions.insert(ino, etag);
             }
@@ -114,9 +114,9 @@ impl State {
     pub fn records(&self) -> Vec<Record> {
         let mut out = Vec::new();
         out.extend(self.agreed.map(Record::Agreed));
-        out.extend(self.inodes.iter().map(|(ino, kind, path)| Record::Inode {
+        out.extend(self.inodes.iter().map(|(ino, dir, path)| Record::Inode {
             ino: *ino,
-            kind: *kind,
+            dir: *dir,
             path: path.clone(),
         }));
         for (ino, etag) in &self.page_versions {
@@ -262,9 +262,9 @@ fn encode(r: &Record) -> Vec<u8> {
             b.push(b'N');
             u64s(&mut b, &[n.minor as u64, n.flags, n.offered]);
         }
-        Record::Inode { ino, kind, path } => {
+        Record::Inode { ino, dir, path } => {
             b.push(b'I');
-            u64s(&mut b, &[*ino, (*kind == Kind::Dir) as u64]);
+            u64s(&mut b, &[*ino, *dir as u64]);
             put_str(&mut b, path);
         }
         Record::PageVersion { ino, etag } => {
@@ -351,7 +351,7 @@ fn unframe(buf: &[u8], at: usize) -> Option<(Record, usize)> {
         }),
         b'I' => Record::Inode {
             ino: f.u64()?,
-            kind: if f.u64()? == 1 { Kind::Dir } else { Kind::File },
+            dir: f.u64()? == 1,
             path: f.string()?,
         },
         b'P' => Record::PageVersion {
@@ -415,12 +415,12 @@ mod tests {
             Record::Agreed(agreed),
             Record::Inode {
                 ino: 2,
-                kind: Kind::Dir,
+                dir: true,
                 path: "d/".into(),
             },
             Record::Inode {
                 ino: 3,
-                kind: Kind::File,
+                dir: false,
                 path: "d/f\nodd".into(),
             },
             Record::PageVersion {

@@ -119,7 +119,7 @@ impl Inodes {
                 if let Some(j) = &self.journal {
                     j.append(&Record::Inode {
                         ino,
-                        kind,
+                        dir: kind == Kind::Dir,
                         path: path.to_owned(),
                     });
                 }
@@ -232,13 +232,13 @@ impl Inodes {
     /// file's version is asked again before it is used.
     pub fn restore(&self, state: &State) {
         let mut t = self.table.lock().unwrap();
-        for (ino, kind, path) in &state.inodes {
+        for (ino, dir, path) in &state.inodes {
             t.by_path.insert(path.clone(), *ino);
             t.by_ino.insert(
                 *ino,
                 Inode {
                     path: path.clone(),
-                    kind: *kind,
+                    kind: if *dir { Kind::Dir } else { Kind::File },
                     size: 0,
                     etag: String::new(),
                     mtime: self.mounted_at,
