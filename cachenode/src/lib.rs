@@ -93,6 +93,8 @@ pub fn build(
             disk: disk.clone(),
             rules: cfg.rules.clone(),
             upstream,
+            metadata_ttl: cfg.cache.metadata_ttl,
+            metadata_size: cfg.cache.metadata_size,
         },
     )
     .map_err(|e| match &disk {

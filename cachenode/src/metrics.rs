@@ -31,6 +31,12 @@ pub const DISK: TierLabel = TierLabel { tier: "disk" };
 pub const ORIGIN: TierLabel = TierLabel { tier: "origin" };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetadataLabel {
+    pub op: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HopLabel {
     pub hop: u32,
 }
@@ -115,9 +121,31 @@ pub struct Metrics {
     /// expired-token answer.
     pub credential_fetches: Counter,
     pub expired_token_retries: Counter,
+    /// Listings and HEADs asked with a metadata TTL, by operation (list, head)
+    /// and result (hit, miss, coalesced).
+    pub metadata_requests: Family<MetadataLabel, Counter>,
+    /// The metadata cache: entries, bytes held, bound, evictions.
+    pub metadata_entries: Gauge,
+    pub metadata_bytes: Gauge,
+    pub metadata_capacity_bytes: Gauge,
+    pub metadata_evictions: Counter,
 }
 
 impl Metrics {
+    pub fn metadata_request(&self, op: &'static str, result: &'static str) {
+        self.metadata_requests
+            .get_or_create(&MetadataLabel { op, result })
+            .inc();
+    }
+
+    /// Brings the metadata cache's levels and counts up to date.
+    pub fn metadata(&self, s: &crate::node::MetadataStats) {
+        self.metadata_entries.set(s.entries as i64);
+        self.metadata_bytes.set(s.used_bytes as i64);
+        self.metadata_capacity_bytes.set(s.capacity_bytes as i64);
+        catch_up(&self.metadata_evictions, s.evictions);
+    }
+
     /// What opening the disk tier found.
     pub fn disk_opened(&self, s: &shoal::blocks::DiskStats) {
         self.disk_index_rebuild_seconds.set(s.took.as_secs_f64());
@@ -194,6 +222,11 @@ impl Metrics {
             "warms_done" => self.warms_done, "Writes whose warming finished";
             "credential_fetches" => self.credential_fetches, "Origin credentials fetched from the AWS chain (first and refreshes)";
             "expired_token_retries" => self.expired_token_retries, "Requests sent again after the origin said the token expired";
+            "metadata_requests" => self.metadata_requests, "Listings and HEADs asked with a metadata TTL, by operation and result";
+            "metadata_entries" => self.metadata_entries, "Listing pages and missing keys held";
+            "metadata_bytes" => self.metadata_bytes, "Bytes held by the metadata cache";
+            "metadata_capacity_bytes" => self.metadata_capacity_bytes, "Bound of the metadata cache";
+            "metadata_evictions" => self.metadata_evictions, "Metadata entries evicted for room";
         );
     }
 }

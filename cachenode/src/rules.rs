@@ -14,6 +14,8 @@ pub struct Policy {
     pub block_size: u64,
     /// How long what is cached of this key may be served before it expires.
     pub ttl: Option<Duration>,
+    /// How old a cached listing of this prefix a plain client may get.
+    pub list_ttl: Option<Duration>,
 }
 
 pub struct Rules {
@@ -34,6 +36,7 @@ impl Rules {
             cache: true,
             block_size: self.default_block,
             ttl: None,
+            list_ttl: None,
         };
         if self.rules.is_empty() {
             return cached;
@@ -44,6 +47,7 @@ impl Rules {
                 cache: r.cache,
                 block_size: r.block_size.unwrap_or(self.default_block),
                 ttl: r.ttl,
+                list_ttl: r.list_ttl,
             },
             None => Policy {
                 cache: false,
@@ -74,6 +78,7 @@ cache = false
 pattern = "b/**"
 page_size = "16MiB"
 ttl = "1h"
+list_ttl = "30s"
 [[rules]]
 pattern = "logs/*.txt"
 "#,
@@ -83,6 +88,13 @@ pattern = "logs/*.txt"
         assert!(p.cache);
         assert_eq!(p.block_size, 16 << 20);
         assert_eq!(p.ttl, Some(Duration::from_secs(3600)));
+        // A listing of a prefix is matched as bucket/prefix.
+        assert_eq!(
+            r.policy("b", "data/").list_ttl,
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(r.policy("b", "").list_ttl, Some(Duration::from_secs(30)));
+        assert_eq!(r.policy("logs", "").list_ttl, None);
         // `*` stays within one path segment; `**` crosses them.
         assert!(r.policy("logs", "a.txt").cache);
         assert!(!r.policy("logs", "d/a.txt").cache);

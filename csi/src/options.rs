@@ -18,10 +18,13 @@ enum Value {
     Mode,
     /// A whole number within bounds.
     Count(u64, u64),
+    /// One of these words.
+    Choice(&'static [&'static str]),
 }
 
 const OPTIONS: &[(&str, Value)] = &[
     ("metadata-ttl", Value::Duration),
+    ("metadata", Value::Choice(&["cluster", "origin"])),
     ("uid", Value::Id),
     ("gid", Value::Id),
     ("file-mode", Value::Mode),
@@ -103,6 +106,11 @@ fn check(name: &str, kind: Value, value: Option<&str>) -> Result<String, CsiErro
                 return Err(bad(format!("{n} is not within {lo} to {hi}")));
             }
         }
+        Value::Choice(words) => {
+            if !words.contains(&v) {
+                return Err(bad(format!("{v:?} is not one of {}", words.join(", "))));
+            }
+        }
         Value::Flag => unreachable!("flags return above"),
     }
     Ok(format!("--{name}={v}"))
@@ -135,8 +143,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            args(&["read_window=16,prefetch-files=0"]).unwrap(),
-            vec!["--prefetch-files=0", "--read-window=16"]
+            args(&["read_window=16,prefetch-files=0,metadata=origin"]).unwrap(),
+            vec![
+                "--metadata=origin",
+                "--prefetch-files=0",
+                "--read-window=16"
+            ]
         );
         for (bad, says) in [
             (&["no-such-thing"][..], "no-such-thing"),
@@ -144,6 +156,7 @@ mod tests {
             (&["uid=root"], "uid"),
             (&["file-mode=999"], "file-mode"),
             (&["read-window=0"], "read-window"),
+            (&["metadata=s3"], "metadata"),
             (&["allow-other=yes"], "allow-other"),
             (&["cache-size"], "cache-size"),
             (&["disk-cache=/etc"], "disk-cache"),

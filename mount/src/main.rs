@@ -57,9 +57,15 @@ struct Args {
     /// Permission bits of directories, octal (default 0555).
     #[arg(long, value_name = "MODE")]
     dir_mode: Option<String>,
-    /// How long listings and attributes are trusted, like "10s".
+    /// How long listings and attributes are trusted, like "10s" (default 10s);
+    /// also how old a listing the cluster may answer with.
     #[arg(long, value_name = "DURATION")]
     metadata_ttl: Option<String>,
+    /// Where listings and HEADs go: "cluster" (their owner nodes, which cache
+    /// and share them between mounts; the origin when no node answers) or
+    /// "origin" (each mount asks the origin itself). Default: cluster.
+    #[arg(long, value_name = "WHERE", value_parser = ["cluster", "origin"])]
+    metadata: Option<String>,
     /// Client RAM tier for blocks, like "512MiB".
     #[arg(long, value_name = "SIZE")]
     cache_size: Option<String>,
@@ -112,7 +118,7 @@ struct Args {
     #[arg(long, hide = true)]
     serve: bool,
     /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
-    /// file_mode=M, dir_mode=M, metadata_ttl=D, cache_size=S, read_window=N, prefetch_files=N,
+    /// file_mode=M, dir_mode=M, metadata_ttl=D, metadata=cluster|origin, cache_size=S, read_window=N, prefetch_files=N,
     /// disk_cache=DIR, disk_cache_size=S, zone=Z, config=FILE, foreground; _netdev, nofail,
     /// noauto, defaults and the like are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
@@ -154,6 +160,7 @@ fn apply_o(args: &mut Args) -> Result<(), String> {
             "file_mode" => args.file_mode = args.file_mode.take().or(Some(need(v)?)),
             "dir_mode" => args.dir_mode = args.dir_mode.take().or(Some(need(v)?)),
             "metadata_ttl" => args.metadata_ttl = args.metadata_ttl.take().or(Some(need(v)?)),
+            "metadata" => args.metadata = args.metadata.take().or(Some(need(v)?)),
             "cache_size" => args.cache_size = args.cache_size.take().or(Some(need(v)?)),
             "read_window" => {
                 args.read_window = args.read_window.or(Some(
@@ -208,6 +215,7 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
             .transpose()
             .map_err(|e| format!("--metadata-ttl: {e}"))?,
         prefetch_files: args.prefetch_files,
+        metadata: args.metadata.clone(),
         disk_cache: args.disk_cache.clone(),
         disk_cache_size: args
             .disk_cache_size

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shoal::cluster::{ClusterReader, ReaderOptions};
+use shoal::config::MetadataSource;
 use shoal::store::s3::S3Client;
 use shoal::store::{ListRequest, ObjectStore};
 
@@ -211,6 +212,8 @@ async fn build(
             file_mode: spec.file_mode,
             dir_mode: spec.dir_mode,
             prefetch_files: spec.prefetch_files,
+            metadata_via_cluster: spec.config.mount.metadata == MetadataSource::Cluster
+                && spec.config.cluster().is_some(),
         },
         reader,
         disk,

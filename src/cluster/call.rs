@@ -17,7 +17,9 @@ use crate::config::Timeouts;
 use crate::log_limit::{more, LogLimit};
 use crate::node_proto;
 use crate::route::{NodeHandle, Router};
-use crate::store::{collect, stall_guard, Deadline, GetObject, ObjectMeta, StoreError};
+use crate::store::{
+    collect, stall_guard, Deadline, GetObject, ListPage, ListRequest, ObjectMeta, StoreError,
+};
 
 /// The nodes, the client's view of each (load, latency, breaker, down), and the
 /// deadlines every call to one of them is held to.
@@ -91,6 +93,26 @@ impl NodeCalls {
         r
     }
 
+    /// One listing page from `node`.
+    pub(crate) async fn node_list(
+        &self,
+        node: &NodeHandle,
+        req: &ListRequest,
+    ) -> Result<ListPage, StoreError> {
+        let store = self.nodes.store(node.id());
+        let deadline = self.timeouts.first_byte;
+        let _inflight = self.begin(node);
+        let t0 = Instant::now();
+        let r = tokio::time::timeout(deadline, store.list_page(req))
+            .await
+            .unwrap_or_else(|_| Err(first_byte_timeout(node, deadline)));
+        if r.is_ok() {
+            self.router.observe(node, t0.elapsed());
+        }
+        self.judge(node, r.as_ref().err());
+        r
+    }
+
     fn begin(&self, node: &NodeHandle) -> crate::route::state::InFlight {
         self.metrics
             .node_requests
@@ -140,7 +162,7 @@ impl NodeCalls {
     /// Logs a node failure, at most one line per second.
     fn log_failure(&self, node: &NodeHandle, e: &StoreError) {
         if let Some(n) = self.failure_log.event() {
-            tracing::warn!(node = %node.id(), "block request failed, trying elsewhere: {e}{}", more(n));
+            tracing::warn!(node = %node.id(), "request failed, trying elsewhere: {e}{}", more(n));
         }
     }
 }

@@ -1,4 +1,5 @@
-//! [`Fetcher`]: one block from the cluster: owner, failover, hedge, origin
+//! [`Fetcher`]: one request through the cluster (a block, and in
+//! [`super::metadata`] a listing page or a HEAD): owner, failover, hedge, origin
 //! fallback.
 //!
 //! The owner is asked first. A failure is retried once on the next ranked node; a
@@ -29,6 +30,14 @@ pub(crate) enum Source {
 
 pub(crate) type Fetched = (Bytes, ObjectMeta, Source);
 
+/// What routing a request through the cluster came to, short of a node's answer.
+pub(crate) enum Routed {
+    /// An answer that is one wherever it comes from (a 404, a 412).
+    Answer(StoreError),
+    /// No node answered: the origin must, for this reason.
+    Fallback(Fallback),
+}
+
 /// The nodes, and the origin every request falls back to.
 pub(crate) struct Fetcher {
     pub calls: NodeCalls,
@@ -47,18 +56,48 @@ impl Fetcher {
             key: &req.key,
             index,
         };
-        let pick = match self.calls.router.pick(&block) {
-            Ok(p) => p,
-            Err(NoNode::Empty) => return self.read_origin(&req, Fallback::NoNodes).await,
-            Err(NoNode::AllDown) if self.calls.router.membership().zone().is_some() => {
-                return self.read_origin(&req, Fallback::ZoneDown).await
+        let ask = |node: NodeHandle, hedged: bool| {
+            let mut req = req.clone();
+            if hedged {
+                node_proto::set_cached_only(&mut req, true);
             }
-            Err(NoNode::AllDown) => return self.read_origin(&req, Fallback::Down).await,
+            async move { self.calls.node_get(&node, &req).await }
+        };
+        match self.route(&block, ask).await {
+            Ok((bytes, meta)) => Ok((bytes, meta, Source::Node)),
+            Err(Routed::Answer(e)) => Err(e),
+            Err(Routed::Fallback(cause)) => self.read_origin(&req, cause).await,
+        }
+    }
+
+    /// Asks the owner of `block` with `ask(node, hedged)` (a hedge must ask for
+    /// cached answers only), failing over or hedging to the next ranked node as a
+    /// block read does. Either an answer (a node's, or an error that is one) or
+    /// why the origin must answer instead.
+    pub(crate) async fn route<T, F>(
+        &self,
+        block: &BlockId<'_>,
+        ask: impl Fn(NodeHandle, bool) -> F,
+    ) -> Result<T, Routed>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let pick = match self.calls.router.pick(block) {
+            Ok(p) => p,
+            Err(NoNode::Empty) => return Err(Routed::Fallback(Fallback::NoNodes)),
+            Err(NoNode::AllDown) if self.calls.router.membership().zone().is_some() => {
+                return Err(Routed::Fallback(Fallback::ZoneDown))
+            }
+            Err(NoNode::AllDown) => return Err(Routed::Fallback(Fallback::Down)),
         };
         let hedge_delay = self.calls.router.hedge_delay(&pick.node);
         let mut next = pick.alternates.into_iter();
+        let attempt = |node: NodeHandle, hedged: bool| {
+            let f = ask(node, hedged);
+            async move { (hedged, f.await) }
+        };
         let mut running = FuturesUnordered::new();
-        running.push(self.attempt(pick.node, req.clone(), false));
+        running.push(attempt(pick.node, false));
         // One more node at most: a hedge or a failover, whichever comes first.
         let mut extra_used = false;
         let mut hedge_considered = false;
@@ -68,15 +107,15 @@ impl Fetcher {
         loop {
             tokio::select! {
                 Some((hedged, r)) = running.next() => match r {
-                    Ok((bytes, meta)) => {
+                    Ok(answer) => {
                         if hedged {
                             self.metrics.hedges_won.inc();
                         }
-                        return Ok((bytes, meta, Source::Node));
+                        return Ok(answer);
                     }
-                    Err(e) if e.is_answer() => return Err(e),
-                    // A hedge found the block cold: keep waiting for the owner, which
-                    // is fetching it; a second origin fetch would only add load.
+                    Err(e) if e.is_answer() => return Err(Routed::Answer(e)),
+                    // A hedge found it cold: keep waiting for the owner, which is
+                    // fetching it; a second origin request would only add load.
                     Err(e) if hedged && node_proto::is_not_cached(&e) => {
                         if running.is_empty() {
                             break;
@@ -88,7 +127,7 @@ impl Fetcher {
                             if let Some(n) = next.next() {
                                 extra_used = true;
                                 self.metrics.failovers.inc();
-                                running.push(self.attempt(n, req.clone(), false));
+                                running.push(attempt(n, false));
                                 continue;
                             }
                         }
@@ -104,25 +143,14 @@ impl Fetcher {
                             next.next();
                             extra_used = true;
                             self.metrics.hedges_sent.inc();
-                            let mut hedge_req = req.clone();
-                            node_proto::set_cached_only(&mut hedge_req, true);
-                            running.push(self.attempt(n, hedge_req, true));
+                            running.push(attempt(n, true));
                         }
                     }
                 },
                 else => break,
             }
         }
-        self.read_origin(&req, last).await
-    }
-
-    async fn attempt(
-        &self,
-        node: NodeHandle,
-        req: GetObject,
-        hedged: bool,
-    ) -> (bool, Result<(Bytes, ObjectMeta), StoreError>) {
-        (hedged, self.calls.node_get(&node, &req).await)
+        Err(Routed::Fallback(last))
     }
 
     pub(crate) async fn read_origin(

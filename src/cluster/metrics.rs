@@ -22,6 +22,13 @@ pub struct SourceLabel {
     pub source: &'static str,
 }
 
+/// A metadata request: what it was (`list`, `head`) and who answered it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetadataLabel {
+    pub op: &'static str,
+    pub source: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabel {
     pub node: String,
@@ -101,6 +108,11 @@ pub struct ClusterMetrics {
     /// Nodes known and nodes currently up.
     pub nodes: Gauge,
     pub nodes_up: Gauge,
+    /// Listing pages and HEADs answered, by operation and by who answered (`node`,
+    /// `origin`).
+    pub metadata: Family<MetadataLabel, Counter>,
+    /// Listing pages and HEADs the origin answered because no node did, by cause.
+    pub metadata_fallbacks: Family<CauseLabel, Counter>,
 }
 
 impl Default for ClusterMetrics {
@@ -127,6 +139,8 @@ impl Default for ClusterMetrics {
             queue_wait: Histogram::new(exponential_buckets(0.0001, 4.0, 9)),
             nodes: Default::default(),
             nodes_up: Default::default(),
+            metadata: Default::default(),
+            metadata_fallbacks: Default::default(),
         }
     }
 }
@@ -152,8 +166,8 @@ impl ClusterMetrics {
         crate::register_metrics!(p,
             "blocks" => self.blocks, "Blocks delivered, by source";
             "bytes" => self.bytes, "Bytes delivered, by source";
-            "node_requests" => self.node_requests, "Block requests sent, per node";
-            "node_failures" => self.node_failures, "Block requests that failed, per node";
+            "node_requests" => self.node_requests, "Requests sent (blocks, listings, HEADs), per node";
+            "node_failures" => self.node_failures, "Requests that failed, per node";
             "fallbacks" => self.fallbacks, "Blocks read from the origin directly, by cause";
             "failovers" => self.failovers, "Requests retried on the next ranked node";
             "hedges_sent" => self.hedges_sent, "Hedged requests sent";
@@ -171,6 +185,8 @@ impl ClusterMetrics {
             "queue_wait_seconds" => self.queue_wait, "Time block fetches waited for a request slot";
             "nodes" => self.nodes, "Nodes in the current membership";
             "nodes_up" => self.nodes_up, "Nodes not marked down";
+            "metadata_requests" => self.metadata, "Listing pages and HEADs answered, by operation and source";
+            "metadata_fallbacks" => self.metadata_fallbacks, "Listing pages and HEADs read from the origin directly, by cause";
         );
     }
 }

@@ -8,7 +8,8 @@
 //! a slow one is hedged to the next node within the hedge budget; when no node
 //! answers in time the block comes straight from the origin, counted by cause
 //! ([`fetch`]). Every request to a node goes through one path with its deadlines
-//! ([`call`]). Up to `read_window` blocks are in flight per stream, and all fetches
+//! ([`call`]). Listings and HEADs take the same routes to their owners
+//! ([`metadata`]). Up to `read_window` blocks are in flight per stream, and all fetches
 //! together hold at most a fixed budget of blocks in memory.
 //!
 //! Embedding: build a [`ClusterReader`], `open` an object, read from the [`Handle`].
@@ -19,6 +20,7 @@ mod call;
 mod error;
 mod fetch;
 mod handle;
+mod metadata;
 pub mod metrics;
 mod nodes;
 mod reader;
@@ -27,6 +29,7 @@ mod tests;
 
 pub use error::ReadError;
 pub use handle::Handle;
+pub use metadata::ClusterMetadata;
 pub use metrics::{ClusterMetrics, Fallback};
 pub use nodes::{Nodes, S3Nodes};
 pub use reader::{ClusterReader, ReaderOptions, ReaderParts, Warmed};

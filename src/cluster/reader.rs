@@ -63,7 +63,7 @@ pub struct ReaderParts {
 
 pub struct ClusterReader {
     /// Owners, failover, hedging, and the origin behind them.
-    fetcher: Fetcher,
+    pub(super) fetcher: Fetcher,
     cluster: ClusterConfig,
     /// The client's RAM tier (and a mount's disk tier), with one flight per block.
     tiers: Tiers<(), ReadError>,
@@ -147,6 +147,13 @@ impl ClusterReader {
     /// The origin every read falls back to.
     pub fn origin(&self) -> &Arc<dyn ObjectStore> {
         &self.fetcher.origin
+    }
+
+    /// Listings and HEADs through the cluster (each routed to its owner node,
+    /// which caches and coalesces them), accepting answers up to `accept` old;
+    /// the origin answers whatever no node does.
+    pub fn metadata(self: &Arc<Self>, accept: Duration) -> Arc<dyn ObjectStore> {
+        Arc::new(super::metadata::ClusterMetadata::new(self.clone(), accept))
     }
 
     pub fn block_size(&self) -> u64 {

@@ -56,6 +56,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MAX_CONNECTIONS: usize = 10_000;
 pub const METADATA_TTL: Duration = Duration::from_secs(10);
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+/// A node's metadata cache: the longest it keeps an answer, and its bound.
+pub const METADATA_CACHE_TTL: Duration = Duration::from_secs(60);
+pub const METADATA_CACHE_SIZE: u64 = 64 << 20;
 /// Files of a directory walked in order fetched ahead: at S3's ~20 ms first
 /// byte, 32 files in flight read small files ~30x faster than one at a time.
 pub const PREFETCH_FILES: usize = 32;

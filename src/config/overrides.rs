@@ -22,6 +22,8 @@ pub struct Overrides {
     pub metadata_ttl: Option<Dur>,
     /// `--prefetch-files`: `mount.prefetch_files`.
     pub prefetch_files: Option<usize>,
+    /// `--metadata`: `mount.metadata` (`cluster` or `origin`).
+    pub metadata: Option<String>,
     /// `--disk-cache` and `--disk-cache-size`: `mount.disk_cache`, `mount.disk_cache_size`.
     pub disk_cache: Option<PathBuf>,
     pub disk_cache_size: Option<Size>,
@@ -71,6 +73,10 @@ impl Overrides {
         if let Some(t) = self.metadata_ttl {
             raw.mount.get_or_insert_with(RawMount::default).metadata_ttl = Some(t);
             set("mount.metadata_ttl", "--metadata-ttl");
+        }
+        if let Some(m) = &self.metadata {
+            raw.mount.get_or_insert_with(RawMount::default).metadata = Some(m.clone());
+            set("mount.metadata", "--metadata");
         }
         if let Some(n) = self.prefetch_files {
             raw.mount

@@ -37,6 +37,7 @@ pub struct RawRule {
     pub block_size: Option<Size>,
     pub page_size: Option<Size>,
     pub ttl: Option<Dur>,
+    pub list_ttl: Option<Dur>,
 }
 
 /// Where a key pair comes from: inline, from named environment variables, from a
@@ -129,6 +130,8 @@ pub struct RawCache {
     pub ram_size: Option<Size>,
     pub disk_size: Option<Size>,
     pub data_dir: Option<String>,
+    pub metadata_ttl: Option<Dur>,
+    pub metadata_size: Option<Size>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -162,6 +165,7 @@ pub struct RawMount {
     pub allow_other: Option<bool>,
     pub disk_cache: Option<String>,
     pub disk_cache_size: Option<Size>,
+    pub metadata: Option<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]

@@ -149,6 +149,9 @@ pub struct CacheRule {
     /// How long what is cached of a matching key may be served before the origin is
     /// asked again.
     pub ttl: Option<Duration>,
+    /// How old a cached listing of a matching prefix (`bucket/prefix`) a plain S3
+    /// client may be answered with (`None`: listings pass through verbatim).
+    pub list_ttl: Option<Duration>,
 }
 
 impl ClusterConfig {
@@ -197,6 +200,11 @@ pub struct CacheConfig {
     pub ram_size: u64,
     pub disk_size: u64,
     pub data_dir: Option<PathBuf>,
+    /// The longest a node keeps a listing page or a missing key's HEAD; each
+    /// request says how old an answer it accepts within that.
+    pub metadata_ttl: Duration,
+    /// The bound of a node's metadata cache, in bytes (0: nothing is kept).
+    pub metadata_size: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -240,6 +248,29 @@ pub struct MountConfig {
     /// The mount's own disk tier: a directory and its byte bound. Files held
     /// whole there are read through FUSE passthrough.
     pub disk_cache: Option<(PathBuf, u64)>,
+    /// Where listings and HEADs go.
+    pub metadata: MetadataSource,
+}
+
+/// Where a mount's listings and HEADs go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetadataSource {
+    /// To their owner nodes, which cache and coalesce them; the origin answers
+    /// when no node does.
+    Cluster,
+    /// To the origin, every mount for itself.
+    Origin,
+}
+
+impl std::str::FromStr for MetadataSource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cluster" => Ok(MetadataSource::Cluster),
+            "origin" => Ok(MetadataSource::Origin),
+            _ => Err(format!("{s:?} is not \"cluster\" or \"origin\"")),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

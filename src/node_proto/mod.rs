@@ -7,6 +7,9 @@
 //!   loop.
 //! - `x-shoal-cached-only`: answer only from the cache, else `503 ShoalNotCached`;
 //!   hedges carry it so a second request never becomes a second origin fetch.
+//! - `x-shoal-metadata-ttl`: on a listing or a HEAD, how old (in seconds) an
+//!   answer the asker accepts from the node's metadata cache; without it a node
+//!   passes listings through as the origin gives them.
 //! - `POST /BUCKET?shoal-purge`: drop cached data ([`purge`]).
 //!
 //! [`client`] builds the S3 client a reader uses for one node.
@@ -14,7 +17,9 @@
 pub mod client;
 pub mod purge;
 
-use crate::store::{GetObject, StoreError};
+use std::time::Duration;
+
+use crate::store::{ExtraHeaders, GetObject, StoreError};
 
 pub use client::{node_client, node_options};
 pub use purge::Purge;
@@ -23,11 +28,15 @@ pub use purge::Purge;
 pub const HOP_HEADER: &str = "x-shoal-hop";
 /// The header a cached-only request carries.
 pub const CACHED_ONLY_HEADER: &str = "x-shoal-cached-only";
+/// The header that says how old a cached listing or HEAD the asker accepts.
+pub const METADATA_TTL_HEADER: &str = "x-shoal-metadata-ttl";
+/// The longest metadata TTL a header may carry (a day): anything longer is a typo.
+pub const MAX_METADATA_TTL: Duration = Duration::from_secs(86_400);
 /// The S3 error code of a cached-only request the node could not serve from cache.
 pub const NOT_CACHED: &str = "ShoalNotCached";
 
 /// Marks `req` as having passed through `hop` nodes (0: none, no header).
-pub fn set_hop(req: &mut GetObject, hop: u32) {
+pub fn set_hop(req: &mut impl ExtraHeaders, hop: u32) {
     req.set_header(HOP_HEADER, (hop > 0).then(|| hop.to_string()));
 }
 
@@ -39,14 +48,31 @@ pub fn hop_of(req: &GetObject) -> u32 {
 }
 
 /// Asks the node to answer `req` from its cache only.
-pub fn set_cached_only(req: &mut GetObject, on: bool) {
+pub fn set_cached_only(req: &mut impl ExtraHeaders, on: bool) {
     req.set_header(CACHED_ONLY_HEADER, on.then(|| "1".to_owned()));
 }
 
+/// Says the asker accepts cached metadata up to `ttl` old (zero: no header).
+pub fn set_metadata_ttl(req: &mut impl ExtraHeaders, ttl: Duration) {
+    let ttl = ttl.min(MAX_METADATA_TTL);
+    req.set_header(
+        METADATA_TTL_HEADER,
+        (!ttl.is_zero()).then(|| format!("{:.3}", ttl.as_secs_f64())),
+    );
+}
+
+/// A metadata TTL header's value: seconds, a fraction allowed, at most a day.
+pub fn parse_metadata_ttl(value: &str) -> Option<Duration> {
+    let secs: f64 = value.trim().parse().ok()?;
+    (secs.is_finite() && secs >= 0.0 && secs <= MAX_METADATA_TTL.as_secs_f64())
+        .then(|| Duration::from_secs_f64(secs))
+}
+
 /// A request as a node sends it to the origin: none of this protocol's headers.
-pub fn strip(req: &mut GetObject) {
+pub fn strip(req: &mut impl ExtraHeaders) {
     req.set_header(HOP_HEADER, None);
     req.set_header(CACHED_ONLY_HEADER, None);
+    req.set_header(METADATA_TTL_HEADER, None);
 }
 
 /// A hop header's value, if it is one.
@@ -76,6 +102,15 @@ mod tests {
         assert!(r.headers.is_empty() && hop_of(&r) == 0);
         assert_eq!(parse_hop(" 1 "), Some(1));
         assert_eq!(parse_hop("x"), None);
+        set_metadata_ttl(&mut r, Duration::from_millis(1500));
+        assert_eq!(r.header(METADATA_TTL_HEADER), Some("1.500"));
+        set_metadata_ttl(&mut r, Duration::ZERO);
+        assert_eq!(r.header(METADATA_TTL_HEADER), None);
+        assert_eq!(parse_metadata_ttl(" 10 "), Some(Duration::from_secs(10)));
+        assert_eq!(parse_metadata_ttl("0.25"), Some(Duration::from_millis(250)));
+        for bad in ["-1", "NaN", "inf", "1e9", "ten", ""] {
+            assert_eq!(parse_metadata_ttl(bad), None, "{bad:?}");
+        }
         let e = StoreError::Server {
             status: 503,
             code: NOT_CACHED.into(),

@@ -10,7 +10,7 @@ pub mod placement;
 pub mod state;
 
 pub use membership::{Membership, Resolver, SystemResolver};
-pub use placement::{BlockId, Candidate, NodeSet, PlacedNode, SEED};
+pub use placement::{list_page_key, BlockId, Candidate, NodeSet, PlacedNode, SEED};
 pub use state::{
     Clock, NodeHandle, Pick, Router, RouterCounters, SystemClock, TestClock, TokioClock,
 };

@@ -56,6 +56,14 @@ impl BlockId<'_> {
     }
 }
 
+/// The key in the identity of one listing page (index 0 of its bucket): a listing
+/// of `prefix` with `delimiter` (`""` for none) from `continuation` (`""` for the
+/// first page). The NUL bytes keep it apart from every object key, which S3 never
+/// lets hold one. An object's HEAD is routed as its block 0.
+pub fn list_page_key(prefix: &str, delimiter: &str, continuation: &str) -> String {
+    format!("\0list\0{prefix}\0{delimiter}\0{continuation}")
+}
+
 pub fn node_hash(id: &str) -> u64 {
     xxh3_64_with_seed(id.as_bytes(), SEED)
 }

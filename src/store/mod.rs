@@ -23,8 +23,8 @@ use futures_util::StreamExt;
 pub use error::{Deadline, StoreError};
 pub use stall::stall_guard;
 pub use types::{
-    is_archive_class, is_stored_header, unquote_etag, ByteRange, ByteStream, GetObject,
-    GetResponse, ListEntry, ListPage, ListRequest, ObjectMeta, STORED_HEADERS,
+    is_archive_class, is_stored_header, unquote_etag, ByteRange, ByteStream, ExtraHeaders,
+    GetObject, GetResponse, ListEntry, ListPage, ListRequest, ObjectMeta, STORED_HEADERS,
 };
 
 /// A service that answers S3's read requests.

@@ -131,6 +131,31 @@ pub struct GetObject {
     pub query: Vec<(&'static str, String)>,
 }
 
+/// A request that carries extra headers ([`GetObject`], [`ListRequest`]).
+pub trait ExtraHeaders {
+    fn extra_headers(&mut self) -> &mut Vec<(&'static str, String)>;
+    /// Sets extra header `name` (replacing an earlier value), or removes it.
+    fn set_header(&mut self, name: &'static str, value: Option<String>) {
+        let h = self.extra_headers();
+        h.retain(|(n, _)| *n != name);
+        if let Some(v) = value {
+            h.push((name, v));
+        }
+    }
+}
+
+impl ExtraHeaders for GetObject {
+    fn extra_headers(&mut self) -> &mut Vec<(&'static str, String)> {
+        &mut self.headers
+    }
+}
+
+impl ExtraHeaders for ListRequest {
+    fn extra_headers(&mut self) -> &mut Vec<(&'static str, String)> {
+        &mut self.headers
+    }
+}
+
 impl GetObject {
     pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {
         Self {
@@ -154,13 +179,6 @@ impl GetObject {
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.as_str())
     }
-    /// Sets extra header `name` (replacing an earlier value), or removes it.
-    pub fn set_header(&mut self, name: &'static str, value: Option<String>) {
-        self.headers.retain(|(n, _)| *n != name);
-        if let Some(v) = value {
-            self.headers.push((name, v));
-        }
-    }
 }
 
 /// A streamed GET answer.
@@ -181,6 +199,8 @@ pub struct ListRequest {
     pub continuation_token: Option<String>,
     pub start_after: Option<String>,
     pub max_keys: Option<u32>,
+    /// Extra request headers, sent unsigned, as [`GetObject::headers`].
+    pub headers: Vec<(&'static str, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,6 +232,8 @@ pub struct ListPage {
     pub objects: Vec<ListEntry>,
     pub common_prefixes: Vec<String>,
     pub next_continuation_token: Option<String>,
+    /// How old the answer was when it came (its `Age`): a cache answered it.
+    pub age: Option<std::time::Duration>,
 }
 
 /// Strips the quotes (and a weak `W/`) from an ETag header value.

@@ -6,15 +6,38 @@
 //! tokens, storage classes and error codes are exactly the origin's, and a key no
 //! XML can carry unencoded is the origin's to answer for, as it would be without
 //! a node.
+//!
+//! A listing asked with `x-shoal-metadata-ttl` (a mount's), or matching a rule
+//! with a `list_ttl` (a plain client's), may be answered from the node's
+//! metadata cache instead: the origin's answer as it was, byte for byte, with an
+//! `Age` header; identical listings in flight cost the origin one.
 
 use std::sync::Arc;
 
 use http::Method;
 use s3s::{S3Request, S3Response, S3Result};
 
-use super::passthrough::{address, forward, query_pairs, signed_or_open};
+use super::error::{not_cached, store_error};
+use super::objects::asked_ttl;
+use super::passthrough::{
+    address, fetch_whole, forward, passed_headers, query_pairs, respond, signed_or_open,
+};
 use crate::metrics::KindLabel;
-use crate::node::Node;
+use crate::node::{Listed, Node};
+
+/// The query parameters of a ListObjects request (v1 or v2); a bucket GET with
+/// any other is not a listing and is never cached.
+const LIST_PARAMS: &[&str] = &[
+    "list-type",
+    "prefix",
+    "delimiter",
+    "continuation-token",
+    "start-after",
+    "max-keys",
+    "encoding-type",
+    "fetch-owner",
+    "marker",
+];
 
 /// Query parameters that name a bucket subresource this node does not pass on.
 const SUBRESOURCES: &[&str] = &[
@@ -95,11 +118,92 @@ impl s3s::route::S3Route for ListRoute {
 
     async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
         let bucket = self.bucket(&req.uri, &req.headers).unwrap_or_default();
-        self.node
-            .metrics
-            .origin_requests
-            .get_or_create(&KindLabel { kind: "list" })
-            .inc();
-        forward(&self.origin, &req, &bucket, "").await
+        let query = query_pairs(&req.uri);
+        let cached_only = req
+            .headers
+            .contains_key(shoal::node_proto::CACHED_ONLY_HEADER);
+        let listing = req.method == Method::GET
+            && !bucket.is_empty()
+            && query.iter().all(|(k, _)| LIST_PARAMS.contains(&k.as_str()));
+        let prefix = query
+            .iter()
+            .find(|(k, _)| k == "prefix")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let asked = match asked_ttl(&req.headers)? {
+            Some(t) => Some(t),
+            None => self.node.policy(&bucket, &prefix).list_ttl,
+        };
+        let accept = if listing {
+            self.node.metadata.accept(asked)
+        } else {
+            None
+        };
+        let Some(accept) = accept else {
+            if cached_only {
+                return Err(not_cached());
+            }
+            self.node
+                .metrics
+                .origin_requests
+                .get_or_create(&KindLabel { kind: "list" })
+                .inc();
+            return forward(&self.origin, &req, &bucket, "").await;
+        };
+        let passed = passed_headers(&req.headers);
+        let id = listing_id(&bucket, &query, &passed);
+        let metadata = &self.node.metadata;
+        if cached_only {
+            return match metadata.fresh_listing(&id, accept) {
+                Some((answer, age)) => {
+                    self.node.metrics.metadata_request("list", "hit");
+                    Ok(respond(&answer, Some(age.as_secs())))
+                }
+                None => Err(not_cached()),
+            };
+        }
+        let (origin, metrics, b) = (
+            self.origin.clone(),
+            self.node.metrics.clone(),
+            bucket.clone(),
+        );
+        let fetch = async move {
+            metrics
+                .origin_requests
+                .get_or_create(&KindLabel { kind: "list" })
+                .inc();
+            fetch_whole(&origin, &b, query, passed).await
+        };
+        let (answer, how) = metadata
+            .listing(id, (&bucket, &prefix), accept, fetch)
+            .await
+            .map_err(store_error)?;
+        let (result, age) = match how {
+            Listed::Hit(age) => ("hit", Some(age.as_secs())),
+            Listed::Fetched => ("miss", None),
+            Listed::Joined => ("coalesced", None),
+        };
+        self.node.metrics.metadata_request("list", result);
+        Ok(respond(&answer, age))
     }
+}
+
+/// A listing's identity in the cache: its bucket, its query in a canonical order,
+/// and the client headers that change the origin's answer.
+fn listing_id(bucket: &str, query: &[(String, String)], passed: &[(&str, String)]) -> String {
+    let mut q: Vec<&(String, String)> = query.iter().collect();
+    q.sort();
+    // Every part with its length: no value can pass for another part.
+    let mut id = String::from("list");
+    let mut part = |s: &str| id.push_str(&format!(" {}:{s}", s.len()));
+    part(bucket);
+    for (k, v) in q {
+        part(k);
+        part(v);
+    }
+    for (h, v) in passed {
+        part(h);
+        part(v);
+    }
+    id
 }

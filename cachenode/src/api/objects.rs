@@ -10,10 +10,12 @@ use super::error::{check_key, node_error, not_cached};
 use super::NodeApi;
 use crate::node::Via;
 
-/// The hop count a request carries (`x-shoal-hop`), counted when present.
+/// The hop count a request carries (`x-shoal-hop`), counted when present, and
+/// how old metadata it accepts.
 pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
+    let accept = api.node.metadata.accept(asked_ttl(headers)?);
     let Some(v) = headers.get(shoal::node_proto::HOP_HEADER) else {
-        return Ok(Via::default());
+        return Ok(Via { hop: 0, accept });
     };
     let hop = v
         .to_str()
@@ -21,7 +23,24 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
         .and_then(shoal::node_proto::parse_hop)
         .ok_or_else(|| s3_error!(InvalidArgument, "x-shoal-hop must be a small number"))?;
     api.node.metrics.hop_requests.inc();
-    Ok(Via { hop })
+    Ok(Via { hop, accept })
+}
+
+/// How old an answer the request accepts (`x-shoal-metadata-ttl`), if it says.
+pub fn asked_ttl(headers: &http::HeaderMap) -> S3Result<Option<std::time::Duration>> {
+    let Some(v) = headers.get(shoal::node_proto::METADATA_TTL_HEADER) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(shoal::node_proto::parse_metadata_ttl)
+        .map(Some)
+        .ok_or_else(|| {
+            s3_error!(
+                InvalidArgument,
+                "x-shoal-metadata-ttl must be seconds from 0 to 86400"
+            )
+        })
 }
 
 pub fn condition_etag(c: &ETagCondition) -> Option<String> {
@@ -245,9 +264,29 @@ pub async fn head(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let via = via(api, &req.headers)?;
+    let cached_only = req
+        .headers
+        .contains_key(shoal::node_proto::CACHED_ONLY_HEADER);
     let i = req.input;
     check_key(&i.key)?;
-    let r = api.resolve(&i.bucket, &i.key, ask!(i), false, via).await?;
+    let node = &api.node;
+    // A key the origin said is missing, to an asker that accepts it.
+    if let Some(accept) = via.accept {
+        if node.metadata.missing(&i.bucket, &i.key, accept) {
+            node.metrics.metadata_request("head", "hit");
+            return Err(s3_error!(NoSuchKey, "The specified key does not exist."));
+        }
+    }
+    if cached_only && node.known_for(&i.bucket, &i.key, via).is_none() {
+        return Err(not_cached());
+    }
+    let r = match api.resolve(&i.bucket, &i.key, ask!(i), false, via).await {
+        Err(e) if via.accept.is_some() && *e.code() == s3s::S3ErrorCode::NoSuchKey => {
+            node.metadata.note_missing(&i.bucket, &i.key);
+            return Err(e);
+        }
+        r => r?,
+    };
     let mut resp = S3Response::new(HeadObjectOutput {
         content_length: Some((r.end - r.start) as i64),
         content_range: r.content_range,

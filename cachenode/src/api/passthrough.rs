@@ -11,9 +11,10 @@ use http::Method;
 use s3s::{S3Request, S3Response, S3Result};
 
 use shoal::store::s3::S3Client;
+use shoal::store::ObjectStore;
 
 use super::error::store_error;
-use crate::node::{Node, SyncStream};
+use crate::node::{Answer, Node, SyncStream};
 
 /// Client headers that change what the origin answers, passed on with a request.
 const PASSED_HEADERS: &[&str] = &[
@@ -64,6 +65,22 @@ pub fn query_pairs(uri: &http::Uri) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The client headers of `headers` that go on to the origin with a request.
+pub fn passed_headers(headers: &http::HeaderMap) -> Vec<(&'static str, String)> {
+    PASSED_HEADERS
+        .iter()
+        .filter_map(|h| Some((*h, headers.get(*h)?.to_str().ok()?.to_owned())))
+        .collect()
+}
+
+/// The headers of an origin answer a proxy copies.
+fn answer_headers(
+    h: &http::HeaderMap,
+) -> impl Iterator<Item = (&http::HeaderName, &http::HeaderValue)> {
+    h.iter()
+        .filter(|(name, _)| !OWN_HEADERS.contains(&name.as_str()))
+}
+
 /// Passes `req` on to the origin as `bucket/key` and hands back its answer.
 pub async fn forward(
     origin: &S3Client,
@@ -71,10 +88,7 @@ pub async fn forward(
     bucket: &str,
     key: &str,
 ) -> S3Result<S3Response<s3s::Body>> {
-    let passed = PASSED_HEADERS
-        .iter()
-        .filter_map(|h| Some((*h, req.headers.get(*h)?.to_str().ok()?.to_owned())))
-        .collect();
+    let passed = passed_headers(&req.headers);
     let answer = origin
         .forward(
             req.method.clone(),
@@ -88,12 +102,57 @@ pub async fn forward(
     let body = SyncStream::new(answer.body.map_err(std::io::Error::other));
     let mut resp = S3Response::new(s3s::Body::from(s3s::dto::StreamingBlob::wrap(body)));
     resp.status = http::StatusCode::from_u16(answer.status).ok();
-    for (name, value) in &answer.headers {
-        if !OWN_HEADERS.contains(&name.as_str()) {
-            resp.headers.insert(name.clone(), value.clone());
-        }
+    for (name, value) in answer_headers(&answer.headers) {
+        resp.headers.insert(name.clone(), value.clone());
     }
     Ok(resp)
+}
+
+/// The most of a small answer (a listing page) held whole: S3 pages are a few
+/// hundred KiB at most.
+const WHOLE_LIMIT: usize = 16 << 20;
+
+/// A bucket-level GET passed on to the origin, its answer read whole.
+pub async fn fetch_whole(
+    origin: &S3Client,
+    bucket: &str,
+    query: Vec<(String, String)>,
+    passed: Vec<(&'static str, String)>,
+) -> Result<Answer, shoal::store::StoreError> {
+    let mut got = origin
+        .forward(Method::GET, bucket, "", query, passed)
+        .await?;
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = got.body.try_next().await? {
+        if body.len() + chunk.len() > WHOLE_LIMIT {
+            return Err(shoal::store::StoreError::Protocol {
+                endpoint: origin.name().to_owned(),
+                message: format!("a listing answer over {WHOLE_LIMIT} bytes"),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Answer {
+        status: got.status,
+        headers: answer_headers(&got.headers)
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect(),
+        body: body.freeze(),
+    })
+}
+
+/// A held answer, as it came, `age_secs` old (an `Age` header when kept).
+pub fn respond(answer: &Answer, age: Option<u64>) -> S3Response<s3s::Body> {
+    let mut resp = S3Response::new(s3s::Body::from(answer.body.clone()));
+    resp.status = http::StatusCode::from_u16(answer.status).ok();
+    for (name, value) in &answer.headers {
+        resp.headers.insert(name.clone(), value.clone());
+    }
+    if let Some(a) = age {
+        resp.headers
+            .insert(http::header::AGE, http::HeaderValue::from(a));
+    }
+    resp
 }
 
 /// The bucket and key a request addresses (`""` for the bucket itself, both `""`

@@ -13,11 +13,13 @@
 //! whose chunks land in a growing block that every asker streams from its first
 //! byte; a cut body is resumed from where it stopped; the tiers keep the block
 //! once it is whole. A small read deep in a cold block also asks the origin for
-//! just its bytes. Purges drop versions and blocks here; the fan-out passes them
-//! on.
+//! just its bytes. Listing pages and missing keys are kept in the
+//! [`MetadataCache`] for askers that accept them. Purges drop versions, blocks and
+//! the metadata they touch here; the fan-out passes them on.
 
 mod error;
 mod fetch;
+mod metadata;
 mod read;
 mod versions;
 
@@ -33,6 +35,7 @@ use shoal::store::{ObjectMeta, ObjectStore};
 
 pub use error::NodeError;
 pub use fetch::Upstream;
+pub use metadata::{Answer, Listed, MetadataCache, MetadataStats};
 pub use read::{BlockStream, SyncStream};
 
 use crate::fanout::Fanout;
@@ -52,12 +55,17 @@ pub struct NodeOptions {
     pub upstream: Option<Upstream>,
     /// Requests per origin read, the first included (a cut body is resumed).
     pub origin_attempts: u32,
+    /// The metadata cache: the longest an answer is kept, and its byte bound.
+    pub metadata_ttl: Duration,
+    pub metadata_size: u64,
 }
 
-/// A request as it arrived: how many nodes it passed through.
+/// A request as it arrived: how many nodes it passed through, and how old
+/// metadata its asker accepts (`x-shoal-metadata-ttl`, within the node's bound).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Via {
     pub hop: u32,
+    pub accept: Option<Duration>,
 }
 
 pub struct Node {
@@ -68,6 +76,8 @@ pub struct Node {
     /// forward.
     tiers: Tiers<bool, NodeError>,
     source: Arc<fetch::Source>,
+    /// Listing pages and missing keys.
+    pub metadata: MetadataCache,
     pub metrics: Arc<Metrics>,
 }
 
@@ -102,6 +112,7 @@ impl Node {
             ),
             versions: Versions::new(o.revalidate_after, o.max_age),
             rules: Rules::new(o.rules, o.block_size),
+            metadata: MetadataCache::new(o.metadata_ttl, o.metadata_size),
             source: Arc::new(fetch::Source {
                 origin,
                 attempts: o.origin_attempts.max(1),
@@ -174,13 +185,23 @@ impl Node {
         reading: bool,
     ) -> Result<ObjectMeta, NodeError> {
         let policy = self.policy(bucket, key);
+        let trusted = self.trusted(via);
+        let counted = !reading && via.accept.is_some();
         if let Some((meta, age)) = self.known_fresh(bucket, key, &policy).await {
             match if_match {
                 // A version is immutable: a known ETag needs no revalidation.
                 Some(e) if e == meta.etag => return Ok(meta),
-                None if age < self.versions.revalidate_after => return Ok(meta),
+                None if age < trusted => {
+                    if counted {
+                        self.metrics.metadata_request("head", "hit");
+                    }
+                    return Ok(meta);
+                }
                 _ => {}
             }
+        }
+        if counted {
+            self.metrics.metadata_request("head", "miss");
         }
         let forward = self.source.forwards(via, bucket, key, 0);
         self.metrics
@@ -255,9 +276,33 @@ impl Node {
         self.versions.known(bucket, key, etag)
     }
 
+    /// How long a known version answers a request without revalidation: an
+    /// asker that takes metadata older than `revalidate_after` takes a version
+    /// known that long.
+    fn trusted(&self, via: Via) -> Duration {
+        self.versions
+            .revalidate_after
+            .max(via.accept.unwrap_or_default())
+    }
+
+    /// The latest version of an object, if known recently enough to answer `via`
+    /// without asking the origin.
+    pub fn known_for(&self, bucket: &str, key: &str, via: Via) -> Option<ObjectMeta> {
+        match self
+            .versions
+            .fresh(bucket, key, self.policy(bucket, key).ttl)
+        {
+            Fresh::Known(meta, age) if age < self.trusted(via) => Some(meta),
+            _ => None,
+        }
+    }
+
     /// Drops every cached block and version of one object; returns blocks dropped.
+    /// A version that was known and is gone takes the listings that showed it.
     pub async fn purge_object(&self, bucket: &str, key: &str) -> u64 {
-        self.versions.forget(bucket, key);
+        if self.versions.forget(bucket, key) {
+            self.metadata.forget_key(bucket, key);
+        }
         self.tiers.remove_object(bucket, key).await
     }
 
@@ -283,6 +328,11 @@ impl Node {
         target: Purge,
         pass_on: bool,
     ) -> u64 {
+        // Listings change with any change under them, a new version included.
+        match &target {
+            Purge::Key(k) | Purge::KeyExcept(k, _) => self.metadata.forget_key(bucket, k),
+            Purge::Prefix(p) => self.metadata.forget_prefix(bucket, p),
+        }
         let n = match &target {
             Purge::Key(k) => self.purge_object(bucket, k).await,
             Purge::Prefix(p) => self.purge_prefix(bucket, p).await,
@@ -311,5 +361,6 @@ impl Node {
             &self.tiers.disk_stats(),
             self.tiers.disk_failures(),
         );
+        self.metrics.metadata(&self.metadata.stats());
     }
 }

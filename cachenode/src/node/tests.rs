@@ -30,6 +30,8 @@ fn node_over(origin: &Origin, revalidate_after: Duration) -> Arc<Node> {
                 rules: vec![],
                 upstream: None,
                 origin_attempts: 3,
+                metadata_ttl: Duration::from_secs(60),
+                metadata_size: 1 << 20,
             },
         )
         .unwrap(),

@@ -157,12 +157,14 @@ impl Versions {
         (k.meta.etag == etag && k.checked.elapsed() < self.max_age).then(|| k.meta.clone())
     }
 
-    /// Forgets what is known of an object (it changed at the origin).
-    pub fn forget(&self, bucket: &str, key: &str) {
+    /// Forgets what is known of an object (it changed at the origin); says
+    /// whether anything was.
+    pub fn forget(&self, bucket: &str, key: &str) -> bool {
         self.metas
             .lock()
             .unwrap()
-            .remove(&(bucket.to_owned(), key.to_owned()));
+            .remove(&(bucket.to_owned(), key.to_owned()))
+            .is_some()
     }
 
     /// Forgets the known version of an object unless it is `etag`.

@@ -38,7 +38,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use shoal::cluster::ClusterReader;
-use shoal::store::StoreError;
 
 pub use error::FsError;
 pub use handles::{DirItem, Opened};
@@ -81,9 +80,14 @@ impl Fs {
         let opts = Arc::new(opts);
         let stats = Arc::new(FsStats::default());
         let passthrough = Arc::new(crate::passthrough::Passthrough::new(journal.clone()));
+        let source = if opts.metadata_via_cluster {
+            reader.metadata(opts.metadata_ttl)
+        } else {
+            reader.origin().clone()
+        };
         let ns = Arc::new(Namespace::new(
             opts.clone(),
-            reader.origin().clone(),
+            source,
             passthrough.clone(),
             stats.clone(),
             journal.clone(),
@@ -170,11 +174,6 @@ impl Fs {
 
     pub fn reader(&self) -> &Arc<ClusterReader> {
         &self.reader
-    }
-
-    /// Checks that the bucket (and prefix) can be listed: the mount's first request.
-    pub async fn check_access(&self) -> Result<(), StoreError> {
-        self.ns.check_access().await
     }
 
     /// The child `name` of directory `parent`.

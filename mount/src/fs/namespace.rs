@@ -1,11 +1,13 @@
 //! [`Namespace`]: directories and names. The inode table, listings (cached for
 //! `metadata_ttl`, one in flight per directory however many ask), lookups,
-//! attributes, and the negative cache, all learned from the metadata source.
+//! attributes, and the negative cache, all learned from the metadata source: the
+//! cluster (each listing page and HEAD from its owner node, which shares it with
+//! every other mount) or the origin.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use shoal::blocks::Flights;
 use shoal::store::{GetObject, ListRequest, ObjectMeta, ObjectStore, StoreError};
@@ -63,25 +65,11 @@ impl Namespace {
         format!("{}{path}", self.opts.prefix)
     }
 
-    /// Checks that the bucket (and prefix) can be listed: the mount's first request.
-    pub async fn check_access(&self) -> Result<(), StoreError> {
-        self.source
-            .list_page(&ListRequest {
-                bucket: self.opts.bucket.clone(),
-                prefix: self.opts.prefix.clone(),
-                delimiter: Some("/".into()),
-                max_keys: Some(1),
-                ..Default::default()
-            })
-            .await
-            .map(drop)
-    }
-
     pub fn getattr_cached(&self, ino: u64) -> Result<Attr, FsError> {
         self.inodes.attr(ino, &self.opts)
     }
 
-    /// Attributes, refreshed from the origin when older than `metadata_ttl`.
+    /// Attributes, refreshed from the source when older than `metadata_ttl`.
     pub async fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
         if let Some(path) = self.inodes.stale_file(ino, self.opts.metadata_ttl)? {
             self.refresh_file(&path).await?;
@@ -89,7 +77,7 @@ impl Namespace {
         self.getattr_cached(ino)
     }
 
-    /// The file `path` as the origin has it now.
+    /// The file `path` as the source has it now.
     pub async fn refresh_file(&self, path: &str) -> Result<ObjectMeta, FsError> {
         let meta = self
             .source
@@ -128,12 +116,15 @@ impl Namespace {
                 if let Some(entries) = me.fresh_listing(ino) {
                     return Ok(entries);
                 }
-                let entries = Arc::new(me.list_dir(&path).await?);
+                let (entries, age) = me.list_dir(&path).await?;
+                let entries = Arc::new(entries);
+                // A page a node kept for a while is that much closer to its end.
+                let now = Instant::now();
                 me.dirs.lock().unwrap().insert(
                     ino,
                     Listing {
                         entries: entries.clone(),
-                        fetched: Instant::now(),
+                        fetched: now.checked_sub(age).unwrap_or(now),
                     },
                 );
                 Ok(entries)
@@ -155,7 +146,8 @@ impl Namespace {
         self.dirs.lock().unwrap().clear();
     }
 
-    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+    /// The entries of directory `path`, and the age of its oldest page.
+    async fn list_dir(&self, path: &str) -> Result<(Vec<DirEntry>, Duration), FsError> {
         let dir_key = self.full_key(path);
         let mut req = ListRequest {
             bucket: self.opts.bucket.clone(),
@@ -164,9 +156,11 @@ impl Namespace {
             ..Default::default()
         };
         let mut by_name: BTreeMap<String, DirEntry> = BTreeMap::new();
+        let mut age = Duration::ZERO;
         loop {
             let page = self.source.list_page(&req).await?;
             self.stats.listings.fetch_add(1, Relaxed);
+            age = age.max(page.age.unwrap_or_default());
             for cp in &page.common_prefixes {
                 let name = cp[dir_key.len()..].trim_end_matches('/');
                 if let Some(why) = names::problem(name) {
@@ -213,7 +207,7 @@ impl Namespace {
             }
         }
         // A file listed before its same-named directory appeared on a later page.
-        Ok(by_name.into_values().collect())
+        Ok((by_name.into_values().collect(), age))
     }
 
     fn skip(&self, key: &str, why: &str) {

@@ -67,6 +67,7 @@ async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
             file_mode: 0o444,
             dir_mode: 0o555,
             prefetch_files: 32,
+            metadata_via_cluster: false,
         },
         reader,
         None,

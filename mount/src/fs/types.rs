@@ -38,6 +38,8 @@ pub struct FsOptions {
     /// Most entries of a directory walked in order fetched ahead (a file's first
     /// block, a directory's listing; 0: none).
     pub prefetch_files: usize,
+    /// Listings and HEADs go through the cluster (else to the origin).
+    pub metadata_via_cluster: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::config::raw::RawMount;
-use crate::config::{defaults, MountConfig};
+use crate::config::{defaults, MetadataSource, MountConfig};
 
 use super::{Validator, R};
 
@@ -60,6 +60,10 @@ impl Validator<'_> {
                     PathBuf::from(d),
                     s.map_or(defaults::MOUNT_DISK_CACHE, |s| s.0),
                 )),
+            },
+            metadata: match m.metadata {
+                None => MetadataSource::Cluster,
+                Some(s) => s.parse().map_err(|e| self.err("mount.metadata", e))?,
             },
         })
     }

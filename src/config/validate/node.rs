@@ -71,10 +71,18 @@ impl Validator<'_> {
                 "cache.disk_size is set, so a data_dir for the disk tier is needed",
             ));
         }
+        let metadata_ttl = c.metadata_ttl.map_or(defaults::METADATA_CACHE_TTL, |d| d.0);
+        if metadata_ttl > crate::node_proto::MAX_METADATA_TTL {
+            return Err(self.err("cache.metadata_ttl", "is longer than a day"));
+        }
         Ok(CacheConfig {
             ram_size,
             disk_size,
             data_dir,
+            metadata_ttl,
+            metadata_size: c
+                .metadata_size
+                .map_or(defaults::METADATA_CACHE_SIZE, |s| s.0),
         })
     }
 

@@ -41,19 +41,24 @@ impl Validator<'_> {
             }
         }
         let cache = r.cache.unwrap_or(true);
-        if !cache && (block_size.is_some() || r.ttl.is_some()) {
+        if !cache && (block_size.is_some() || r.ttl.is_some() || r.list_ttl.is_some()) {
             return Err(self.err(
                 key("cache"),
-                "a rule with cache = false caches nothing: block_size and ttl do not apply",
+                "a rule with cache = false caches nothing: block_size, ttl and list_ttl do not apply",
             ));
         }
         let ttl = r.ttl.map(|d| self.positive(&key("ttl"), d.0)).transpose()?;
+        let list_ttl = r
+            .list_ttl
+            .map(|d| self.positive(&key("list_ttl"), d.0))
+            .transpose()?;
         Ok(CacheRule {
             pattern,
             matcher,
             cache,
             block_size,
             ttl,
+            list_ttl,
         })
     }
 }

@@ -139,8 +139,18 @@ impl S3Client {
 
     /// Sends `call` and reads its (small, XML) answer.
     pub(super) async fn small(&self, call: Call<'_>) -> Result<Bytes, StoreError> {
+        self.small_with_headers(call).await.map(|(_, b)| b)
+    }
+
+    /// [`Self::small`], with the answer's headers.
+    pub(super) async fn small_with_headers(
+        &self,
+        call: Call<'_>,
+    ) -> Result<(HeaderMap, Bytes), StoreError> {
         let resp = self.execute(call).await?;
-        read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await
+        let headers = resp.headers().clone();
+        let body = read_small_body(resp, self.inner.opts.timeouts.stall, &self.inner.label).await?;
+        Ok((headers, body))
     }
 
     /// The credentials to sign the next request with; `None` when anonymous.

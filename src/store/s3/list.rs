@@ -28,9 +28,13 @@ impl S3Client {
         if let Some(s) = &req.start_after {
             q.push(("start-after", s.clone()));
         }
-        let body = self
-            .small(Call::new(Method::GET, &req.bucket, "").query(query_string(q)))
-            .await?;
+        let mut call = Call::new(Method::GET, &req.bucket, "").query(query_string(q));
+        call.unsigned.extend(req.headers.iter().cloned());
+        let (headers, body) = self.small_with_headers(call).await?;
+        let age = headers
+            .get(http::header::AGE)
+            .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+            .map(Duration::from_secs);
         let parsed = xml::parse_list(&body).map_err(|m| self.protocol(m))?;
         let encoded = parsed.encoding_type.as_deref() == Some("url");
         let text = |s: String| if encoded { url_decode(&s) } else { s };
@@ -57,6 +61,7 @@ impl S3Client {
             } else {
                 None
             },
+            age,
         })
     }
 

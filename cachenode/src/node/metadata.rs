@@ -1,0 +1,458 @@
+//! [`MetadataCache`]: listing pages as the origin answered them (status, headers,
+//! body, byte for byte) and keys the origin said are missing, shared by every
+//! asker that accepts an answer of their age.
+//!
+//! Each request says how old an answer it accepts (a mount's `metadata_ttl`, or a
+//! rule's `list_ttl` for plain S3 clients); nothing is kept past the node's own
+//! `[cache] metadata_ttl`, and all of it fits in `[cache] metadata_size` bytes,
+//! the least recently used page going first. Identical requests in flight cost
+//! the origin one. An invalidation drops every page whose prefix covers the key
+//! (or overlaps the prefix) and the key's missing mark; a fetch that was in
+//! flight across an invalidation is served to its askers but not kept.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use shoal::blocks::{FlightError, Flights, Joined};
+use shoal::store::StoreError;
+
+/// What an entry costs beyond its bytes: keys, map and list slots.
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// An answer as the origin gave it.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    pub body: Bytes,
+}
+
+impl Answer {
+    fn bytes(&self) -> u64 {
+        let h: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len())
+            .sum();
+        (self.body.len() + h) as u64
+    }
+}
+
+/// How a listing was answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listed {
+    /// From the cache, this old.
+    Hit(Duration),
+    /// This request asked the origin.
+    Fetched,
+    /// It joined a request to the origin already in flight.
+    Joined,
+}
+
+enum Held {
+    Listing(Arc<Answer>),
+    Missing,
+}
+
+struct Entry {
+    bucket: String,
+    /// A listing's prefix, or the missing key.
+    scope: String,
+    held: Held,
+    at: Instant,
+    bytes: u64,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<String, Entry>,
+    /// Entries by last use, oldest first.
+    lru: BTreeMap<u64, String>,
+    used: u64,
+    tick: u64,
+    evictions: u64,
+}
+
+impl Inner {
+    fn touch(&mut self, id: &str) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(e) = self.map.get_mut(id) {
+            self.lru.remove(&e.tick);
+            e.tick = tick;
+            self.lru.insert(tick, id.to_owned());
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(e) = self.map.remove(id) {
+            self.lru.remove(&e.tick);
+            self.used -= e.bytes;
+        }
+    }
+
+    fn insert(&mut self, id: String, mut e: Entry, capacity: u64) {
+        self.remove(&id);
+        if e.bytes > capacity {
+            return;
+        }
+        while self.used + e.bytes > capacity {
+            let Some((_, oldest)) = self.lru.pop_first() else {
+                break;
+            };
+            if let Some(old) = self.map.remove(&oldest) {
+                self.used -= old.bytes;
+                self.evictions += 1;
+            }
+        }
+        self.tick += 1;
+        e.tick = self.tick;
+        self.used += e.bytes;
+        self.lru.insert(e.tick, id.clone());
+        self.map.insert(id, e);
+    }
+
+    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        let gone: Vec<String> = self
+            .map
+            .iter()
+            .filter(|(_, e)| !keep(e))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.remove(&id);
+        }
+    }
+}
+
+/// What the cache holds, for the gauges.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MetadataStats {
+    pub entries: u64,
+    pub used_bytes: u64,
+    pub capacity_bytes: u64,
+    pub evictions: u64,
+}
+
+pub struct MetadataCache {
+    /// The longest anything is kept.
+    ttl: Duration,
+    capacity: u64,
+    inner: Arc<Mutex<Inner>>,
+    flights: Flights<String, Arc<Answer>, StoreError>,
+    /// Bumped by every invalidation: a fetch that saw it change keeps nothing.
+    generation: Arc<AtomicU64>,
+}
+
+impl MetadataCache {
+    pub fn new(ttl: Duration, capacity: u64) -> MetadataCache {
+        MetadataCache {
+            ttl,
+            capacity,
+            inner: Default::default(),
+            flights: Flights::default(),
+            generation: Default::default(),
+        }
+    }
+
+    /// How old an answer may be for a request that accepts `asked`: within the
+    /// node's own bound; `None` when nothing may be cached for it.
+    pub fn accept(&self, asked: Option<Duration>) -> Option<Duration> {
+        let a = asked?.min(self.ttl);
+        (!a.is_zero() && self.capacity > 0).then_some(a)
+    }
+
+    /// The listing `id`, if one no older than `accept` is held.
+    pub fn fresh_listing(&self, id: &str, accept: Duration) -> Option<(Arc<Answer>, Duration)> {
+        let mut inner = self.inner.lock().unwrap();
+        let e = inner.map.get(id)?;
+        let age = e.at.elapsed();
+        let Held::Listing(a) = &e.held else {
+            return None;
+        };
+        if age >= accept {
+            return None;
+        }
+        let a = a.clone();
+        inner.touch(id);
+        Some((a, age))
+    }
+
+    /// The listing `id` (of `prefix` in `bucket`): held, joined, or fetched by
+    /// `fetch` (kept if the origin answered 200 and nothing was invalidated
+    /// meanwhile).
+    pub async fn listing<F>(
+        &self,
+        id: String,
+        (bucket, prefix): (&str, &str),
+        accept: Duration,
+        fetch: F,
+    ) -> Result<(Arc<Answer>, Listed), StoreError>
+    where
+        F: Future<Output = Result<Answer, StoreError>> + Send + 'static,
+    {
+        if let Some((a, age)) = self.fresh_listing(&id, accept) {
+            return Ok((a, Listed::Hit(age)));
+        }
+        let inner = self.inner.clone();
+        let generation = self.generation.clone();
+        let seen = generation.load(Relaxed);
+        let capacity = self.capacity;
+        let entry_id = id.clone();
+        let (bucket, prefix) = (bucket.to_owned(), prefix.to_owned());
+        let flight = async move {
+            let answer = Arc::new(fetch.await?);
+            let mut inner = inner.lock().unwrap();
+            if answer.status == 200 && generation.load(Relaxed) == seen {
+                let bytes =
+                    answer.bytes() + (entry_id.len() + prefix.len()) as u64 + ENTRY_OVERHEAD;
+                let e = Entry {
+                    bucket,
+                    scope: prefix,
+                    held: Held::Listing(answer.clone()),
+                    at: Instant::now(),
+                    bytes,
+                    tick: 0,
+                };
+                inner.insert(entry_id, e, capacity);
+            }
+            Ok(answer)
+        };
+        match self.flights.run(id, flight).await {
+            (Ok(a), Joined::Leader) => Ok((a, Listed::Fetched)),
+            (Ok(a), Joined::Follower) => Ok((a, Listed::Joined)),
+            (Err(FlightError::Failed(e)), _) => Err(e),
+            (Err(FlightError::Lost(why)), _) => Err(StoreError::Protocol {
+                endpoint: "origin".into(),
+                message: format!("listing fetch lost: {why}"),
+            }),
+        }
+    }
+
+    fn missing_id(bucket: &str, key: &str) -> String {
+        format!("missing\0{bucket}\0{key}")
+    }
+
+    /// Whether the origin said `bucket/key` is missing no longer than `accept` ago.
+    pub fn missing(&self, bucket: &str, key: &str, accept: Duration) -> bool {
+        let id = Self::missing_id(bucket, key);
+        let inner = self.inner.lock().unwrap();
+        inner
+            .map
+            .get(&id)
+            .is_some_and(|e| matches!(e.held, Held::Missing) && e.at.elapsed() < accept)
+    }
+
+    /// Notes that the origin just said `bucket/key` is missing.
+    pub fn note_missing(&self, bucket: &str, key: &str) {
+        if self.capacity == 0 {
+            return;
+        }
+        let id = Self::missing_id(bucket, key);
+        let bytes = (id.len() + bucket.len() + key.len()) as u64 + ENTRY_OVERHEAD;
+        let e = Entry {
+            bucket: bucket.to_owned(),
+            scope: key.to_owned(),
+            held: Held::Missing,
+            at: Instant::now(),
+            bytes,
+            tick: 0,
+        };
+        self.inner.lock().unwrap().insert(id, e, self.capacity);
+    }
+
+    /// Drops what `bucket/key` changing makes wrong: the listings that show it,
+    /// and its missing mark.
+    pub fn forget_key(&self, bucket: &str, key: &str) {
+        self.generation.fetch_add(1, Relaxed);
+        self.inner.lock().unwrap().retain(|e| {
+            e.bucket != bucket
+                || match e.held {
+                    Held::Listing(_) => !key.starts_with(&e.scope),
+                    Held::Missing => e.scope != key,
+                }
+        });
+    }
+
+    /// Drops what anything under `prefix` changing makes wrong.
+    pub fn forget_prefix(&self, bucket: &str, prefix: &str) {
+        self.generation.fetch_add(1, Relaxed);
+        self.inner.lock().unwrap().retain(|e| {
+            e.bucket != bucket
+                || match e.held {
+                    Held::Listing(_) => {
+                        !(e.scope.starts_with(prefix) || prefix.starts_with(&e.scope))
+                    }
+                    Held::Missing => !e.scope.starts_with(prefix),
+                }
+        });
+    }
+
+    pub fn stats(&self) -> MetadataStats {
+        let inner = self.inner.lock().unwrap();
+        MetadataStats {
+            entries: inner.map.len() as u64,
+            used_bytes: inner.used,
+            capacity_bytes: self.capacity,
+            evictions: inner.evictions,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn answer(body: &str) -> Answer {
+        Answer {
+            status: 200,
+            headers: vec![],
+            body: Bytes::from(body.to_owned()),
+        }
+    }
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    #[tokio::test(start_paused = true)]
+    async fn identical_listings_cost_one_fetch_and_age_out_per_asker() {
+        let c = Arc::new(MetadataCache::new(TTL, 1 << 20));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let fetch = |f: Arc<AtomicUsize>| async move {
+            f.fetch_add(1, Relaxed);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(answer("<page/>"))
+        };
+        let mut tasks = Vec::new();
+        for _ in 0..50 {
+            let (c, f) = (c.clone(), fetches.clone());
+            tasks.push(tokio::spawn(async move {
+                c.listing("b?p".into(), ("b", "p/"), TTL, fetch(f))
+                    .await
+                    .unwrap()
+                    .1
+            }));
+        }
+        let mut how = Vec::new();
+        for t in tasks {
+            how.push(t.await.unwrap());
+        }
+        assert_eq!(fetches.load(Relaxed), 1);
+        assert_eq!(how.iter().filter(|h| **h == Listed::Fetched).count(), 1);
+        assert_eq!(how.iter().filter(|h| **h == Listed::Joined).count(), 49);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Five seconds old: fine for one who accepts ten, not for one who accepts two.
+        let (_, how) = c
+            .listing(
+                "b?p".into(),
+                ("b", "p/"),
+                Duration::from_secs(10),
+                fetch(fetches.clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(how, Listed::Hit(Duration::from_secs(5)));
+        let (_, how) = c
+            .listing(
+                "b?p".into(),
+                ("b", "p/"),
+                Duration::from_secs(2),
+                fetch(fetches.clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(how, Listed::Fetched);
+        assert_eq!(fetches.load(Relaxed), 2);
+        assert_eq!(c.accept(Some(Duration::from_secs(3600))), Some(TTL));
+        assert_eq!(c.accept(None), None);
+        assert_eq!(MetadataCache::new(TTL, 0).accept(Some(TTL)), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_are_shared_not_kept_and_invalidation_drops_what_covers_a_key() {
+        let c = MetadataCache::new(TTL, 1 << 20);
+        let denied = || async {
+            Ok(Answer {
+                status: 403,
+                headers: vec![],
+                body: Bytes::from_static(b"<Error/>"),
+            })
+        };
+        let (a, _) = c
+            .listing("x".into(), ("b", ""), TTL, denied())
+            .await
+            .unwrap();
+        assert_eq!(a.status, 403);
+        assert!(c.fresh_listing("x", TTL).is_none(), "an error is not kept");
+        for (id, prefix) in [("root", ""), ("d", "d/"), ("e", "e/"), ("de", "d/e/")] {
+            c.listing(id.into(), ("b", prefix), TTL, async { Ok(answer(id)) })
+                .await
+                .unwrap();
+        }
+        c.note_missing("b", "d/gone");
+        assert!(c.missing("b", "d/gone", TTL));
+        c.forget_key("b", "d/x");
+        let held = |id: &str| c.fresh_listing(id, TTL).is_some();
+        assert!(!held("root") && !held("d") && held("e") && held("de"));
+        assert!(c.missing("b", "d/gone", TTL), "another key's mark stays");
+        c.forget_prefix("b", "d/");
+        assert!(!held("de") && held("e") && !c.missing("b", "d/gone", TTL));
+        // Another bucket's purge touches nothing here.
+        c.forget_prefix("other", "");
+        assert!(held("e"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_holds_and_the_least_recently_used_goes_first() {
+        let page = "x".repeat(1000);
+        let one = answer(&page).bytes() + 2 + ENTRY_OVERHEAD;
+        let c = MetadataCache::new(TTL, one * 3);
+        for id in ["a", "b", "c"] {
+            let p = page.clone();
+            c.listing(id.into(), ("b", ""), TTL, async move { Ok(answer(&p)) })
+                .await
+                .unwrap();
+        }
+        assert!(c.fresh_listing("a", TTL).is_some());
+        let p = page.clone();
+        c.listing("d".into(), ("b", ""), TTL, async move { Ok(answer(&p)) })
+            .await
+            .unwrap();
+        let s = c.stats();
+        assert!(s.used_bytes <= s.capacity_bytes, "{s:?}");
+        assert_eq!((s.entries, s.evictions), (3, 1));
+        assert!(
+            c.fresh_listing("b", TTL).is_none(),
+            "b was the least recently used"
+        );
+        assert!(c.fresh_listing("a", TTL).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_across_an_invalidation_is_served_not_kept() {
+        let c = Arc::new(MetadataCache::new(TTL, 1 << 20));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let c2 = c.clone();
+        let t = tokio::spawn(async move {
+            c2.listing("d".into(), ("b", "d/"), TTL, async move {
+                rx.await.ok();
+                Ok(answer("old"))
+            })
+            .await
+            .unwrap()
+        });
+        tokio::task::yield_now().await;
+        c.forget_key("b", "d/new");
+        tx.send(()).unwrap();
+        let (a, _) = t.await.unwrap();
+        assert_eq!(&a.body[..], b"old");
+        assert!(c.fresh_listing("d", TTL).is_none());
+    }
+}

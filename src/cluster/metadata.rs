@@ -1,0 +1,136 @@
+//! [`ClusterMetadata`]: listings and HEADs through the cluster, as a store.
+//!
+//! A listing page is routed by its identity ([`crate::route::list_page_key`]), a
+//! HEAD as its object's block 0, through the same owner, failover, hedging and
+//! origin fallback as a block ([`super::fetch`]). Each request says how old an
+//! answer the asker accepts (`x-shoal-metadata-ttl`), so the owner may answer
+//! from its metadata cache and coalesce identical requests: the fleet lists a
+//! directory once, not once per reader. With no node to answer, the origin does,
+//! counted by cause.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::fetch::Routed;
+use super::metrics::{MetadataLabel, NODE, ORIGIN};
+use super::ClusterReader;
+use crate::node_proto;
+use crate::route::{list_page_key, BlockId};
+use crate::store::{
+    GetObject, GetResponse, ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError,
+};
+
+/// Listings and HEADs from the cluster, everything else from the origin.
+pub struct ClusterMetadata {
+    reader: Arc<ClusterReader>,
+    /// How old a cached answer this asker accepts.
+    accept: Duration,
+}
+
+impl ClusterMetadata {
+    /// Metadata through `reader`'s cluster, accepting cached answers up to
+    /// `accept` old (a mount's `metadata_ttl`).
+    pub fn new(reader: Arc<ClusterReader>, accept: Duration) -> ClusterMetadata {
+        ClusterMetadata { reader, accept }
+    }
+
+    fn count(&self, op: &'static str, from_node: bool) {
+        let source = if from_node { NODE } else { ORIGIN }.source;
+        self.reader
+            .metrics
+            .metadata
+            .get_or_create(&MetadataLabel { op, source })
+            .inc();
+    }
+
+    fn fell_back(&self, op: &'static str, cause: super::Fallback) {
+        self.reader
+            .metrics
+            .metadata_fallbacks
+            .get_or_create(&cause.label())
+            .inc();
+        self.count(op, false);
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for ClusterMetadata {
+    fn name(&self) -> &str {
+        "cluster"
+    }
+
+    async fn head(&self, req: &GetObject) -> Result<ObjectMeta, StoreError> {
+        let block = BlockId {
+            bucket: &req.bucket,
+            key: &req.key,
+            index: 0,
+        };
+        let calls = &self.reader.fetcher.calls;
+        let ask = |node, hedged| {
+            let mut req = req.clone();
+            node_proto::set_metadata_ttl(&mut req, self.accept);
+            node_proto::set_cached_only(&mut req, hedged);
+            async move { calls.node_head(&node, &req).await }
+        };
+        match self.reader.fetcher.route(&block, ask).await {
+            Ok(meta) => {
+                self.count("head", true);
+                Ok(meta)
+            }
+            Err(Routed::Answer(e)) => {
+                self.count("head", true);
+                Err(e)
+            }
+            Err(Routed::Fallback(cause)) => {
+                self.fell_back("head", cause);
+                let mut req = req.clone();
+                node_proto::strip(&mut req);
+                self.reader.origin().head(&req).await
+            }
+        }
+    }
+
+    async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
+        let key = list_page_key(
+            &req.prefix,
+            req.delimiter.as_deref().unwrap_or(""),
+            req.continuation_token.as_deref().unwrap_or(""),
+        );
+        let block = BlockId {
+            bucket: &req.bucket,
+            key: &key,
+            index: 0,
+        };
+        let calls = &self.reader.fetcher.calls;
+        let ask = |node, hedged| {
+            let mut req = req.clone();
+            node_proto::set_metadata_ttl(&mut req, self.accept);
+            node_proto::set_cached_only(&mut req, hedged);
+            async move { calls.node_list(&node, &req).await }
+        };
+        match self.reader.fetcher.route(&block, ask).await {
+            Ok(page) => {
+                self.count("list", true);
+                Ok(page)
+            }
+            Err(Routed::Answer(e)) => {
+                self.count("list", true);
+                Err(e)
+            }
+            Err(Routed::Fallback(cause)) => {
+                self.fell_back("list", cause);
+                let mut req = req.clone();
+                node_proto::strip(&mut req);
+                self.reader.origin().list_page(&req).await
+            }
+        }
+    }
+
+    async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
+        self.reader.origin().get_range(req).await
+    }
+
+    async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError> {
+        self.reader.origin().head_bucket(bucket).await
+    }
+}
