@@ -156,6 +156,24 @@ impl StatsSnapshot {
             .sum()
     }
 
+    /// Listings (GETs of a bucket itself).
+    pub fn lists(&self) -> u64 {
+        self.requests
+            .iter()
+            .filter(|r| r.kind.method == "GET" && !r.kind.bucket.is_empty() && r.kind.key.is_empty())
+            .map(|r| r.count)
+            .sum()
+    }
+
+    /// HEADs of objects.
+    pub fn object_heads(&self) -> u64 {
+        self.requests
+            .iter()
+            .filter(|r| r.kind.method == "HEAD" && !r.kind.key.is_empty())
+            .map(|r| r.count)
+            .sum()
+    }
+
     pub fn count(&self, method: &str) -> u64 {
         self.requests
             .iter()

@@ -13,6 +13,7 @@ mod fuzz_corpora;
 mod gateway;
 mod hostile;
 mod hostile_clients;
+mod metadata;
 mod node;
 mod process;
 mod security;
