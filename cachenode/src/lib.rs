@@ -10,6 +10,7 @@
 pub mod api;
 pub mod connections;
 pub mod fanout;
+pub mod metadata_cache;
 pub mod metrics;
 pub mod node;
 pub mod rules;

@@ -139,7 +139,7 @@ impl Metrics {
     }
 
     /// Brings the metadata cache's levels and counts up to date.
-    pub fn metadata(&self, s: &crate::node::MetadataStats) {
+    pub fn metadata(&self, s: &crate::metadata_cache::MetadataStats) {
         self.metadata_entries.set(s.entries as i64);
         self.metadata_bytes.set(s.used_bytes as i64);
         self.metadata_capacity_bytes.set(s.capacity_bytes as i64);

@@ -160,7 +160,9 @@ impl StatsSnapshot {
     pub fn lists(&self) -> u64 {
         self.requests
             .iter()
-            .filter(|r| r.kind.method == "GET" && !r.kind.bucket.is_empty() && r.kind.key.is_empty())
+            .filter(|r| {
+                r.kind.method == "GET" && !r.kind.bucket.is_empty() && r.kind.key.is_empty()
+            })
             .map(|r| r.count)
             .sum()
     }

@@ -19,7 +19,6 @@
 
 mod error;
 mod fetch;
-mod metadata;
 mod read;
 mod versions;
 
@@ -33,9 +32,9 @@ use shoal::blocks::{BlockKey, DiskTier, Tiers};
 use shoal::node_proto::Purge;
 use shoal::store::{ObjectMeta, ObjectStore};
 
+pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
 pub use error::NodeError;
 pub use fetch::Upstream;
-pub use metadata::{Answer, Listed, MetadataCache, MetadataStats};
 pub use read::{BlockStream, SyncStream};
 
 use crate::fanout::Fanout;

@@ -96,13 +96,38 @@ async fn listings_through_the_cache_are_the_origins_byte_for_byte_and_kept() {
     let n = node_for(&o, "", "").await;
     let (node, origin) = (client(n.addr), origin_client(&o));
     let listings: &[&[(&str, &str)]] = &[
-        &[("list-type", "2"), ("delimiter", "/"), ("encoding-type", "url")],
-        &[("list-type", "2"), ("max-keys", "3"), ("encoding-type", "url")],
-        &[("list-type", "2"), ("prefix", "ctl/"), ("encoding-type", "url")],
-        &[("list-type", "2"), ("prefix", "same"), ("delimiter", "/"), ("max-keys", "1")],
-        &[("list-type", "2"), ("start-after", "deep"), ("fetch-owner", "true")],
+        &[
+            ("list-type", "2"),
+            ("delimiter", "/"),
+            ("encoding-type", "url"),
+        ],
+        &[
+            ("list-type", "2"),
+            ("max-keys", "3"),
+            ("encoding-type", "url"),
+        ],
+        &[
+            ("list-type", "2"),
+            ("prefix", "ctl/"),
+            ("encoding-type", "url"),
+        ],
+        &[
+            ("list-type", "2"),
+            ("prefix", "same"),
+            ("delimiter", "/"),
+            ("max-keys", "1"),
+        ],
+        &[
+            ("list-type", "2"),
+            ("start-after", "deep"),
+            ("fetch-owner", "true"),
+        ],
         // ListObjects v1, markers and all.
-        &[("delimiter", "/"), ("marker", "ctl"), ("encoding-type", "url")],
+        &[
+            ("delimiter", "/"),
+            ("marker", "ctl"),
+            ("encoding-type", "url"),
+        ],
     ];
     for q in listings {
         let want = pages(&origin, q, &[]).await;
@@ -119,13 +144,21 @@ async fn listings_through_the_cache_are_the_origins_byte_for_byte_and_kept() {
         for ((w, f), a) in want.iter().zip(&first).zip(&again) {
             assert_eq!(f.body, w.body, "{q:?}: the first answer is the origin's");
             assert_eq!(a.body, w.body, "{q:?}: the kept answer is the origin's");
-            assert!(f.age.is_none() && a.age.is_some(), "{q:?}: Age says it was kept");
+            assert!(
+                f.age.is_none() && a.age.is_some(),
+                "{q:?}: Age says it was kept"
+            );
         }
     }
     // Nothing was listed twice at the origin for the node's askers, and the
     // metrics say so.
     let m = scrape(n.addr).await;
-    assert!(metric(&m, "shoal_node_metadata_requests_total{op=\"list\",result=\"hit\"}") >= 6.0);
+    assert!(
+        metric(
+            &m,
+            "shoal_node_metadata_requests_total{op=\"list\",result=\"hit\"}"
+        ) >= 6.0
+    );
     assert!(metric(&m, "shoal_node_metadata_entries") >= 6.0);
 }
 
@@ -160,8 +193,13 @@ async fn fifty_identical_listings_at_once_cost_the_origin_one() {
     assert_eq!(o.stats.snapshot().lists() - before, 1, "one origin LIST");
     assert!(bodies.iter().all(|b| *b == bodies[0]));
     let m = scrape(n.addr).await;
-    let joined = metric(&m, "shoal_node_metadata_requests_total{op=\"list\",result=\"coalesced\"}")
-        + metric(&m, "shoal_node_metadata_requests_total{op=\"list\",result=\"hit\"}");
+    let joined = metric(
+        &m,
+        "shoal_node_metadata_requests_total{op=\"list\",result=\"coalesced\"}",
+    ) + metric(
+        &m,
+        "shoal_node_metadata_requests_total{op=\"list\",result=\"hit\"}",
+    );
     assert_eq!(joined, 49.0);
 }
 
@@ -249,7 +287,11 @@ async fn purges_and_gateway_writes_drop_the_listings_they_change() {
         .unwrap();
     assert_eq!(list("e/").await, ["e/a", "e/b"]);
     assert_eq!(list("d/").await, ["d/a", "d/b"]);
-    assert_eq!(o.stats.snapshot().lists() - before, 1, "only e/ was listed again");
+    assert_eq!(
+        o.stats.snapshot().lists() - before,
+        1,
+        "only e/ was listed again"
+    );
     // So does a DELETE.
     c.delete_object(BUCKET, "e/a").await.unwrap();
     assert_eq!(list("e/").await, ["e/b"]);
@@ -272,11 +314,17 @@ async fn missing_keys_are_remembered_for_askers_that_accept_it_and_forgotten_on_
     };
     let before = o.stats.snapshot().object_heads();
     for _ in 0..3 {
-        assert!(matches!(head(true).await, Err(StoreError::NoSuchKey { .. })));
+        assert!(matches!(
+            head(true).await,
+            Err(StoreError::NoSuchKey { .. })
+        ));
     }
     assert_eq!(o.stats.snapshot().object_heads() - before, 1);
     // A plain client is never told from memory that a key is missing.
-    assert!(matches!(head(false).await, Err(StoreError::NoSuchKey { .. })));
+    assert!(matches!(
+        head(false).await,
+        Err(StoreError::NoSuchKey { .. })
+    ));
     assert_eq!(o.stats.snapshot().object_heads() - before, 2);
     o.put(BUCKET, "later", data(7, 1));
     purge(&c, BUCKET, &Purge::Key("later".into()), false)
@@ -296,7 +344,10 @@ async fn bad_metadata_ttls_are_refused_before_the_origin_is_asked() {
         let r = get_raw(&c, &[("list-type", "2")], &[(METADATA_TTL_HEADER, bad)]).await;
         assert_eq!(r.status, 400, "{bad}");
         let body = String::from_utf8_lossy(&r.body);
-        assert!(body.contains("InvalidArgument") && body.contains("x-shoal-metadata-ttl"), "{body}");
+        assert!(
+            body.contains("InvalidArgument") && body.contains("x-shoal-metadata-ttl"),
+            "{body}"
+        );
     }
     let after = o.stats.snapshot();
     assert_eq!(after.lists(), before.lists());

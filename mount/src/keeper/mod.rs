@@ -19,44 +19,25 @@
 //! the disk tier, memory) fails in the server, which it replaces.
 
 use std::collections::VecDeque;
-use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command};
+
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use crate::journal::Journal;
 use crate::kernel;
-use crate::link::{Link, Msg, Start};
+use crate::link::{Msg, Start};
 
 mod outside;
+mod server;
 
 use outside::{adopted_fds, control_socket, signals};
 pub use outside::{ask, ask_fds, default_control_socket};
-
-/// How a server is started: this program, with the arguments the keeper had.
-pub struct Launch {
-    pub exe: PathBuf,
-    pub args: Vec<OsString>,
-    /// Where servers log once the keeper runs in the background (`None`: where
-    /// the keeper's own log goes now).
-    pub log: Option<Log>,
-}
-
-/// A background mount's log.
-pub enum Log {
-    File(PathBuf),
-    Discard,
-}
-
-/// The environment variable that hands a server its end of the link.
-pub const LINK_ENV: &str = "SHOAL_MOUNT_LINK_FD";
-/// A keeper given a live connection to adopt (`device,journal` descriptors).
-pub const ADOPT_ENV: &str = "SHOAL_MOUNT_ADOPT_FDS";
+use server::Server;
+pub use server::{Launch, Log, ADOPT_ENV, LINK_ENV};
 
 /// Longest a server may take to check its config and bucket before it is given
 /// the connection.
@@ -71,12 +52,6 @@ pub(super) enum Event {
     ServerGone(u64),
     Signal(i32),
     Control(String, UnixStream),
-}
-
-struct Server {
-    id: u64,
-    link: Link,
-    child: Child,
 }
 
 pub struct Keeper {
@@ -234,58 +209,9 @@ impl Keeper {
     }
 
     fn spawn_server(&mut self) -> Result<Server, String> {
-        let (ours, theirs) = Link::pair().map_err(|e| e.to_string())?;
-        let theirs = theirs.into_inheritable().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(&self.launch.exe);
-        cmd.args(&self.launch.args)
-            .arg("--serve")
-            .env(LINK_ENV, theirs.as_raw_fd().to_string())
-            .env_remove(ADOPT_ENV)
-            .stdout(std::process::Stdio::null());
-        match &self.launch.log {
-            Some(Log::File(p)) => {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| format!("log file {}: {e}", p.display()))?;
-                cmd.stderr(f);
-            }
-            Some(Log::Discard) => {
-                cmd.stderr(std::process::Stdio::null());
-            }
-            None => {}
-        }
-        // Its own process group: a signal to the keeper's (a Ctrl-C in a shell)
-        // is the keeper's to handle, and reaches the server as a handover or an
-        // unmount, not as a kill.
-        cmd.process_group(0);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.launch.exe.display()))?;
-        drop(theirs);
         let id = self.next_id;
         self.next_id += 1;
-        let reader = ours.try_clone().map_err(|e| e.to_string())?;
-        let tx = self.tx.clone();
-        std::thread::spawn(move || loop {
-            match reader.recv() {
-                Ok(Some((m, fds))) => {
-                    if tx.send(Event::FromServer(id, m, fds)).is_err() {
-                        return;
-                    }
-                }
-                _ => {
-                    let _ = tx.send(Event::ServerGone(id));
-                    return;
-                }
-            }
-        });
-        Ok(Server {
-            id,
-            link: ours,
-            child,
-        })
+        Server::spawn(&self.launch, id, &self.tx)
     }
 
     /// The next event (one put aside first), within `limit` if given.
@@ -443,7 +369,7 @@ impl Keeper {
     fn handover(&mut self) -> Result<(), String> {
         let next = self.spawn_server()?;
         if let Err(e) = self.prepared(&next) {
-            kill(&next.child);
+            next.kill();
             return Err(format!(
                 "the new server cannot start, the old one goes on: {e}"
             ));
@@ -457,7 +383,7 @@ impl Keeper {
         let deadline = Instant::now() + HANDOVER_LIMIT;
         while old.child.try_wait().ok().flatten().is_none() {
             if Instant::now() > deadline {
-                kill(&old.child);
+                old.kill();
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -474,7 +400,7 @@ impl Keeper {
                 Ok(())
             }
             Err(e) => {
-                kill(&next.child);
+                next.kill();
                 self.restart_after_crash();
                 Err(format!(
                     "the new server failed to take over ({e}); another did"
@@ -488,7 +414,7 @@ impl Keeper {
             let deadline = Instant::now() + limit;
             while s.child.try_wait().ok().flatten().is_none() {
                 if Instant::now() > deadline {
-                    kill(&s.child);
+                    s.kill();
                     let _ = s.child.wait();
                     return;
                 }
@@ -534,11 +460,6 @@ impl kernel::Handler for Refuse {
     fn request(&self, _h: &kernel::Header, _op: kernel::Op<'_>, reply: kernel::Reply) {
         reply.error(libc::EIO);
     }
-}
-
-fn kill(child: &Child) {
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
 }
 
 fn dup_null() -> Result<OwnedFd, String> {

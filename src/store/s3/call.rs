@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
 
-use super::errors::{from_response, ErrorContext};
+use super::errors::{from_response, transport_error, ErrorContext};
 use super::sign::{Payload, Signer};
 use super::{encode, xml, S3Client};
 use super::{Addressing, RetryPolicy};
@@ -424,40 +424,6 @@ impl S3Client {
 /// credentials or region, which it must handle rather than pass on.
 fn may_be_ours(status: StatusCode) -> bool {
     matches!(status.as_u16(), 301 | 400 | 403)
-}
-
-fn transport_error(endpoint: &str, e: &reqwest::Error, connect_timeout: Duration) -> StoreError {
-    // reqwest wraps the root cause; show all of it.
-    let mut message = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        src = s.source();
-    }
-    if message.contains("UnknownIssuer") || message.contains("invalid peer certificate") {
-        message.push_str(
-            " (the server's certificate is not from a trusted CA: name its CA in ca_bundle \
-             ([origin] or [cluster]) or AWS_CA_BUNDLE)",
-        );
-    }
-    if e.is_connect() && e.is_timeout() {
-        StoreError::Timeout {
-            endpoint: endpoint.to_owned(),
-            deadline: Deadline::Connect,
-            after: connect_timeout,
-        }
-    } else if e.is_connect() {
-        StoreError::Connect {
-            endpoint: endpoint.to_owned(),
-            message,
-        }
-    } else {
-        StoreError::Transport {
-            endpoint: endpoint.to_owned(),
-            message,
-        }
-    }
 }
 
 /// Full jitter: a random wait up to `base * 2^(attempt-1)`, capped at `max`.

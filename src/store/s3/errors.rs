@@ -1,7 +1,9 @@
 //! S3's error answers (HTTP status, and the code and message of the XML body) as
 //! [`StoreError`]s: the one place they are mapped.
 
-use crate::store::StoreError;
+use std::time::Duration;
+
+use crate::store::{Deadline, StoreError};
 
 /// What a request was about, for error messages.
 pub(crate) struct ErrorContext<'a> {
@@ -92,6 +94,46 @@ fn default_message(status: u16) -> &'static str {
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "no message",
+    }
+}
+
+/// A request that got no answer: the transport's whole chain of causes, with a
+/// hint when the cause is an untrusted certificate.
+pub(super) fn transport_error(
+    endpoint: &str,
+    e: &reqwest::Error,
+    connect_timeout: Duration,
+) -> StoreError {
+    // reqwest wraps the root cause; show all of it.
+    let mut message = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        src = s.source();
+    }
+    if message.contains("UnknownIssuer") || message.contains("invalid peer certificate") {
+        message.push_str(
+            " (the server's certificate is not from a trusted CA: name its CA in ca_bundle \
+             ([origin] or [cluster]) or AWS_CA_BUNDLE)",
+        );
+    }
+    if e.is_connect() && e.is_timeout() {
+        StoreError::Timeout {
+            endpoint: endpoint.to_owned(),
+            deadline: Deadline::Connect,
+            after: connect_timeout,
+        }
+    } else if e.is_connect() {
+        StoreError::Connect {
+            endpoint: endpoint.to_owned(),
+            message,
+        }
+    } else {
+        StoreError::Transport {
+            endpoint: endpoint.to_owned(),
+            message,
+        }
     }
 }
 
