@@ -9,4 +9,5 @@ mod cli;
 mod disk_tier;
 mod handover;
 mod memory;
+mod metadata;
 mod mount;

@@ -18,6 +18,10 @@ const FILES: usize = 4;
 const FILE_SIZE: usize = 96 << 20;
 
 const NODE_RAM: u64 = 32 * MIB;
+/// The node's metadata cache, well under the listings walked (about 1 MiB).
+const NODE_METADATA: u64 = MIB / 4;
+const LISTED_DIRS: usize = 40;
+const LISTED_PER_DIR: usize = 80;
 const MOUNT_RAM: u64 = 16 * MIB;
 const READ_WINDOW: u64 = 8;
 /// Everything not counted as cache or in-flight blocks: per-connection buffers,
@@ -50,13 +54,23 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
         o.put(BUCKET, &format!("big/f{i}"), b.clone());
         bodies.push(b);
     }
+    for d in 0..LISTED_DIRS {
+        for f in 0..LISTED_PER_DIR {
+            o.put(
+                BUCKET,
+                &format!("listed/directory-{d:03}/a-long-enough-file-name-{f:05}.bin"),
+                bytes::Bytes::from_static(b"x"),
+            );
+        }
+    }
     let node = start_node_with(
         &o,
         dir.path(),
         "n",
         &format!(
-            "[cache]\nram_size = \"{}MiB\"\ndisk_size = \"512MiB\"\ndata_dir = \"{}\"\n",
+            "[cache]\nram_size = \"{}MiB\"\nmetadata_size = \"{}KiB\"\ndisk_size = \"512MiB\"\ndata_dir = \"{}\"\n",
             NODE_RAM / MIB,
+            NODE_METADATA / 1024,
             dir.path().join("node-disk").display()
         ),
     );
@@ -83,6 +97,16 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
     assert!(std::fs::read_dir(m.path("big")).unwrap().count() == FILES);
     let (node_rest, _) = rss(node_pid);
     let (mount_rest, _) = rss(mount_pid);
+
+    // A walk of every listing through the node: its metadata cache fills to its
+    // bound, evicting, and keeps to it.
+    let walked = sh_ok(&format!("find {} -type f | wc -l", q(&m.path("listed")))).await;
+    assert_eq!(walked.trim(), (LISTED_DIRS * LISTED_PER_DIR).to_string());
+    let text = scrape(&node.addr).await;
+    let kept = metric_required(&text, "shoal_node_metadata_bytes");
+    assert!(kept <= NODE_METADATA as f64, "{kept} bytes of metadata kept");
+    assert!(kept > NODE_METADATA as f64 / 2.0, "the cache filled: {kept}");
+    assert!(metric_required(&text, "shoal_node_metadata_evictions_total") > 0.0);
 
     let started = Instant::now();
     let threads: Vec<_> = (0..READERS)
@@ -127,7 +151,7 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
     // with the node's prefetch of 4 blocks per stream on top).
     let inflight = (8 * READ_WINDOW + shoal::blocks::tiers::DISK_QUEUE as u64) * MIB;
     let mount_bound = mount_rest + MOUNT_RAM + inflight + OVERHEAD;
-    let node_bound = node_rest + NODE_RAM + inflight + OVERHEAD;
+    let node_bound = node_rest + NODE_RAM + NODE_METADATA + inflight + OVERHEAD;
     eprintln!(
         "{READERS} readers x {} MiB in {:.1} s: mount rest {} MiB peak {} MiB (bound {} MiB); node rest {} MiB peak {} MiB (bound {} MiB)",
         FILE_SIZE as u64 / MIB,
