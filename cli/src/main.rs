@@ -5,6 +5,7 @@ mod purge;
 mod route;
 mod status;
 mod warm;
+mod warm_listings;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,4 +1,5 @@
-//! `shoal warm`: every block of every object under a prefix onto its owner node.
+//! `shoal warm`: every block of every object under a prefix onto its owner node,
+//! or (`--listings`) every directory listing of the tree onto its owner, no bytes.
 //!
 //! The listing is read twice, page by page (once to count, once to warm), so memory
 //! stays bounded whatever the prefix holds. Each block is first asked for
@@ -27,6 +28,11 @@ pub struct Args {
     /// List what would be warmed, fetch nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Warm the tree's metadata instead of its bytes: list every directory under
+    /// the prefix through the cluster, as a mount lists it, so that the next
+    /// mount's walk is answered by the nodes.
+    #[arg(long, conflicts_with = "dry_run")]
+    listings: bool,
 }
 
 #[derive(Default)]
@@ -82,6 +88,9 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
     let origin = (cfg.origin().map_err(|e| e.to_string())?)
         .client()
         .map_err(|e| e.to_string())?;
+    if a.listings {
+        return super::warm_listings::run(cfg, cluster, origin, &bucket, &prefix, a.parallel).await;
+    }
     let (total_objects, total_bytes) = count(&origin, &bucket, &prefix).await?;
     if a.dry_run {
         let blocks = total_bytes.div_ceil(cluster.block_size);

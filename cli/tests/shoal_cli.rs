@@ -125,6 +125,69 @@ async fn warm_makes_the_cluster_hot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_listings_fills_the_trees_metadata_without_its_bytes() {
+    let (o, _nodes, _dir, cfg) = setup(2).await;
+    let keys = ["t/a", "t/d1/b", "t/d1/d2/c", "t/d3/e", "t/d3/f", "other/g"];
+    for (i, k) in keys.iter().enumerate() {
+        o.put(BUCKET, k, data(1000 + i, i as u64));
+    }
+    let before = o.stats.snapshot();
+    // "t" and "t/" name the same tree, as a mount of BUCKET/t lists it.
+    let out = shoal(&cfg, &["warm", &format!("s3://{BUCKET}/t"), "--listings"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("listed 4 directories (4 pages, 0 already kept by their owners, 5 objects)"),
+        "{text}"
+    );
+    let after = o.stats.snapshot();
+    assert_eq!(after.lists() - before.lists(), 4);
+    assert_eq!(
+        after.object_gets() - before.object_gets(),
+        0,
+        "no bytes read"
+    );
+    // Again: every page is already kept.
+    let again = shoal(&cfg, &["warm", &format!("s3://{BUCKET}/t/"), "--listings"]).await;
+    assert!(String::from_utf8_lossy(&again.stdout).contains("4 pages, 4 already kept"));
+    assert_eq!(o.stats.snapshot().lists(), after.lists());
+    // A mount's walk asks for the same pages: the owners answer them.
+    let config = parse(&std::fs::read_to_string(&cfg).unwrap());
+    let reader = ClusterReader::new(
+        config.origin().unwrap().client().unwrap(),
+        config.cluster(),
+        ReaderOptions::default(),
+    );
+    reader.membership_ready().await;
+    let store = reader.metadata(config.mount.metadata_ttl);
+    for dir in ["t/", "t/d1/", "t/d1/d2/", "t/d3/"] {
+        let page = store
+            .list_page(&shoal::store::ListRequest {
+                bucket: BUCKET.into(),
+                prefix: dir.into(),
+                delimiter: Some("/".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(page.age.is_some(), "{dir} came from its owner's cache");
+    }
+    assert_eq!(o.stats.snapshot().lists(), after.lists());
+    // --listings and --dry-run do not go together.
+    let both = shoal(
+        &cfg,
+        &[
+            "warm",
+            &format!("s3://{BUCKET}/t"),
+            "--listings",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert!(!both.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_agrees_with_where_the_block_landed() {
     let (o, nodes, _dir, cfg) = setup(3).await;
     o.put(BUCKET, "one/block", data(100_000, 7));

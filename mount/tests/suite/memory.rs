@@ -104,8 +104,14 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
     assert_eq!(walked.trim(), (LISTED_DIRS * LISTED_PER_DIR).to_string());
     let text = scrape(&node.addr).await;
     let kept = metric_required(&text, "shoal_node_metadata_bytes");
-    assert!(kept <= NODE_METADATA as f64, "{kept} bytes of metadata kept");
-    assert!(kept > NODE_METADATA as f64 / 2.0, "the cache filled: {kept}");
+    assert!(
+        kept <= NODE_METADATA as f64,
+        "{kept} bytes of metadata kept"
+    );
+    assert!(
+        kept > NODE_METADATA as f64 / 2.0,
+        "the cache filled: {kept}"
+    );
     assert!(metric_required(&text, "shoal_node_metadata_evictions_total") > 0.0);
 
     let started = Instant::now();

@@ -83,7 +83,11 @@ async fn a_second_mount_walks_the_tree_without_asking_the_origin() {
     let want = walk(&local).await;
 
     let before = o.stats.snapshot();
-    assert_eq!(walk(&a.mnt).await, want, "the first walk sees the origin's tree");
+    assert_eq!(
+        walk(&a.mnt).await,
+        want,
+        "the first walk sees the origin's tree"
+    );
     let first = o.stats.snapshot();
     let first_lists = first.lists() - before.lists();
     assert!(
@@ -197,9 +201,11 @@ async fn purges_and_gateway_writes_reach_every_mount_within_their_bounds() {
     let fresh = Mount::start(&toml, BUCKET, &["--metadata-ttl", "5m"]);
     assert_eq!(names(&fresh), ["b", "c", "later"]);
     assert_eq!(std::fs::read(fresh.path("d/later")).unwrap(), b"late");
-    wait_until("the 1 s mount sees the delete", Duration::from_secs(10), || {
-        names(&short) == ["b", "c", "later"] && short.path("d/later").exists()
-    });
+    wait_until(
+        "the 1 s mount sees the delete",
+        Duration::from_secs(10),
+        || names(&short) == ["b", "c", "later"] && short.path("d/later").exists(),
+    );
     // The long-lived mount is held to its own metadata_ttl: its listing stands.
     assert_eq!(names(&long), ["a"]);
 }
@@ -220,7 +226,11 @@ async fn a_walk_completes_when_a_node_dies_midway_and_when_all_are_down() {
     n2.child.kill().unwrap();
     n2.child.wait().unwrap();
     let want = walk(&local).await;
-    assert_eq!(walk(&m.mnt).await, want, "the walk went on past the dead node");
+    assert_eq!(
+        walk(&m.mnt).await,
+        want,
+        "the walk went on past the dead node"
+    );
     sh_ok(&format!("diff -r {} {}", q(&m.mnt), q(&local))).await;
     assert!(listings(&metrics, "node").await > 0.0);
 
