@@ -47,6 +47,7 @@ free_port() {
 }
 
 # start_node NAME [EXTRA_TOML]: starts a shoal-node; sets $node (host:port).
+# $NODE_CACHE (keys of its [cache] section) and $NODE_CPUS (taskset's list) if set.
 start_node() {
   local name=$1 extra=${2:-} port
   port=$(free_port)
@@ -60,13 +61,14 @@ secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
 listen = "127.0.0.1:$port"
 [cache]
 ram_size = "2GiB"
+${NODE_CACHE:-}
 [auth]
 [[auth.keys]]
 access_key_id = "$NODE_KEY"
 secret_access_key = "$NODE_SECRET"
 $extra
 TOML
-  RUST_LOG=warn "$bin/shoal-node" --config "$work/$name.toml" 2>"$work/$name.log" &
+  ${NODE_CPUS:+taskset -c "$NODE_CPUS"} env RUST_LOG=warn "$bin/shoal-node" --config "$work/$name.toml" 2>"$work/$name.log" &
   pids+=($!)
   for _ in $(seq 200); do
     curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
