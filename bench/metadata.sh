@@ -74,6 +74,10 @@ lists = sum(x["count"] for x in r if x["method"] == "GET" and x["bucket"] and no
 heads = sum(x["count"] for x in r if x["method"] == "HEAD" and x["key"])
 print(lists, heads)'
 }
+# busy CORE: seconds that core has been busy (user, system, interrupts) since boot.
+busy() {
+  awk -v c="cpu$1" -v hz="$(getconf CLK_TCK)" '$1 == c { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat
+}
 # delta BEFORE AFTER: "LISTS HEADS" between two origin_counts.
 delta() { echo "$1 $2" | awk '{ print $3 - $1, $4 - $2 }'; }
 
@@ -121,12 +125,16 @@ walks_in_turn() {
   for i in $(seq "$MOUNTS"); do ms+=("$($fn "$@")"); done
   turn_times=()
   before=$(origin_counts)
+  local c0
+  c0=$(busy "$READER")
   for i in $(seq "$MOUNTS"); do
     turn_times+=("$(walk "${ms[$((i - 1))]}")")
-    if [ "$i" = 1 ]; then mid=$(origin_counts); first_cost=$(delta "$before" "$mid"); fi
+    if [ "$i" = 1 ]; then
+      mid=$(origin_counts); first_cost="$(delta "$before" "$mid") $(awk -v a="$c0" -v b="$(busy "$READER")" 'BEGIN { printf "%.2f", b - a }')"
+    fi
   done
   after=$(origin_counts)
-  turn_cost=$(delta "$before" "$after")
+  turn_cost="$(delta "$before" "$after") $(awk -v a="$c0" -v b="$(busy "$READER")" 'BEGIN { printf "%.2f", b - a }')"
 }
 # walks_at_once MOUNT_FN [ARGS]: MOUNTS fresh mounts walked at the same time;
 # sets $once_times (each walk's) and $once_cost.
@@ -135,12 +143,14 @@ walks_at_once() {
   local ms=() before after i jobs=()
   for i in $(seq "$MOUNTS"); do ms+=("$($fn "$@")"); done
   before=$(origin_counts)
+  local c0
+  c0=$(busy "$READER")
   for i in $(seq "$MOUNTS"); do (walk "${ms[$((i - 1))]}" >"$work/once.$i") & jobs+=($!); done
   wait "${jobs[@]}"
   once_times=()
   for i in $(seq "$MOUNTS"); do once_times+=("$(cat "$work/once.$i")"); done
   after=$(origin_counts)
-  once_cost=$(delta "$before" "$after")
+  once_cost="$(delta "$before" "$after") $(awk -v a="$c0" -v b="$(busy "$READER")" 'BEGIN { printf "%.2f", b - a }')"
 }
 # purge_cluster: forget every listing the nodes keep, so the next walk is cold.
 purge_cluster() {
@@ -154,7 +164,19 @@ unmount_all() {
 trap 'unmount_all; cleanup' EXIT
 max() { printf '%s\n' "$@" | grep -v timeout | sort -g | tail -1; }
 mean_rest() { shift; printf '%s\n' "$@" | awk '$1 != "timeout" { s += $1; n++ } END { if (n) printf "%.2f", s / n; else print "n/a" }'; }
-row() { printf '%-34s %9s %7s  %s\n' "$@"; }
+row() { printf '%-34s %7s %7s %9s  %s\n' "$@"; }
+
+# The walker's own cost: the same walk over the seed tree on local disk (page
+# cache warm), alone and MOUNTS at once on the reader core.
+local_walk() { taskset -c "$READER" bash -c "$(declare -f walk); want=$want WALK_LIMIT=$WALK_LIMIT; walk $1"; }
+echo "local baseline" >&2
+c0=$(busy "$READER"); lc_one=$(local_walk "$work/seed/tree")
+lc_one_cpu=$(awk -v a="$c0" -v b="$(busy "$READER")" 'BEGIN { printf "%.2f", b - a }')
+c0=$(busy "$READER"); jobs=()
+for i in $(seq "$MOUNTS"); do (local_walk "$work/seed/tree" >"$work/local.$i") & jobs+=($!); done
+wait "${jobs[@]}"
+lc_once=(); for i in $(seq "$MOUNTS"); do lc_once+=("$(cat "$work/local.$i")"); done
+lc_once_cpu=$(awk -v a="$c0" -v b="$(busy "$READER")" 'BEGIN { printf "%.2f", b - a }')
 
 echo "shoal, metadata through the cluster" >&2
 walks_in_turn mount_shoal
@@ -162,6 +184,11 @@ sh_turn=("${turn_times[@]}"); sh_turn_cost=$turn_cost; sh_first_cost=$first_cost
 unmount_all; purge_cluster
 walks_at_once mount_shoal
 sh_once=("${once_times[@]}"); sh_once_cost=$once_cost
+unmount_all
+# The same with the cluster warm: what 8 walks at once cost the one reader core
+# when no origin request is waited for (the floor of the cold run above).
+walks_at_once mount_shoal
+sh_warm_once=("${once_times[@]}"); sh_warm_once_cost=$once_cost
 unmount_all
 
 echo "shoal, --metadata origin" >&2
@@ -172,10 +199,11 @@ walks_at_once mount_shoal --metadata origin
 or_once=("${once_times[@]}"); or_once_cost=$once_cost
 unmount_all
 
-ms_one=n/a; ms_one_cost="n/a n/a"; ms_once=(); ms_once_cost="n/a n/a"
+ms_one=n/a; ms_one_cost="n/a n/a n/a"; ms_once=(); ms_once_cost="n/a n/a n/a"
 if [ "$have_ms3" = 1 ]; then
   echo "mountpoint-s3" >&2
-  m=$(mount_ms3); before=$(origin_counts); ms_one=$(walk "$m"); ms_one_cost=$(delta "$before" "$(origin_counts)")
+  m=$(mount_ms3); before=$(origin_counts); c0=$(busy "$READER"); ms_one=$(walk "$m")
+  ms_one_cost="$(delta "$before" "$(origin_counts)") $(awk -v a="$c0" -v b="$(busy "$READER")" 'BEGIN { printf "%.2f", b - a }')"
   unmount_all
   walks_at_once mount_ms3
   ms_once=("${once_times[@]}"); ms_once_cost=$once_cost
@@ -184,20 +212,26 @@ fi
 
 echo
 echo "== metadata: $want objects in $DIRS directories, origin +${LATENCY_MS} ms per answer, $MOUNTS mounts (services on core $SERVICES, mounts on core $READER)"
-row "" "LISTs" "HEADs" "walk seconds"
-read -r l h <<<"$sh_first_cost"; row "shoal: first walk" "$l" "$h" "${sh_turn[0]}"
-read -r l h <<<"$sh_turn_cost"; row "shoal: $MOUNTS walks in turn" "$l" "$h" "${sh_turn[*]}"
-read -r l h <<<"$sh_once_cost"; row "shoal: $MOUNTS walks at once (cold)" "$l" "$h" "${sh_once[*]}"
-read -r l h <<<"$or_first_cost"; row "shoal --metadata origin: first" "$l" "$h" "${or_turn[0]}"
-read -r l h <<<"$or_turn_cost"; row "shoal --metadata origin: in turn" "$l" "$h" "${or_turn[*]}"
-read -r l h <<<"$or_once_cost"; row "shoal --metadata origin: at once" "$l" "$h" "${or_once[*]}"
-read -r l h <<<"$ms_one_cost"; row "mountpoint-s3: one mount" "$l" "$h" "$ms_one"
-read -r l h <<<"$ms_once_cost"; row "mountpoint-s3: $MOUNTS at once" "$l" "$h" "${ms_once[*]:-n/a}"
+row "" "LISTs" "HEADs" "core $READER s" "walk seconds"
+read -r l h c <<<"$sh_first_cost"; row "shoal: first walk" "$l" "$h" "$c" "${sh_turn[0]}"
+read -r l h c <<<"$sh_turn_cost"; row "shoal: $MOUNTS walks in turn" "$l" "$h" "$c" "${sh_turn[*]}"
+read -r l h c <<<"$sh_once_cost"; row "shoal: $MOUNTS walks at once (cold)" "$l" "$h" "$c" "${sh_once[*]}"
+read -r l h c <<<"$sh_warm_once_cost"; row "shoal: $MOUNTS at once (cluster warm)" "$l" "$h" "$c" "${sh_warm_once[*]}"
+read -r l h c <<<"$or_first_cost"; row "shoal --metadata origin: first" "$l" "$h" "$c" "${or_turn[0]}"
+read -r l h c <<<"$or_turn_cost"; row "shoal --metadata origin: in turn" "$l" "$h" "$c" "${or_turn[*]}"
+read -r l h c <<<"$or_once_cost"; row "shoal --metadata origin: at once" "$l" "$h" "$c" "${or_once[*]}"
+row "local disk: one walk" - - "$lc_one_cpu" "$lc_one"
+row "local disk: $MOUNTS at once" - - "$lc_once_cpu" "${lc_once[*]}"
+read -r l h c <<<"$ms_one_cost"; row "mountpoint-s3: one mount" "$l" "$h" "$c" "$ms_one"
+read -r l h c <<<"$ms_once_cost"; row "mountpoint-s3: $MOUNTS at once" "$l" "$h" "$c" "${ms_once[*]:-n/a}"
 echo
 read -r one_l _ <<<"$sh_first_cost"; read -r all_l _ <<<"$sh_turn_cost"
 echo "origin LISTs, $MOUNTS mounts in turn / one mount: $(ratio "$all_l" "$one_l") (target <= 1.1; --metadata origin: $(ratio "$(cut -d' ' -f1 <<<"$or_turn_cost")" "$(cut -d' ' -f1 <<<"$or_first_cost")"))"
 echo "walks 2-$MOUNTS / the first, slowest of them: $(ratio "$(max "${sh_turn[@]:1}")" "${sh_turn[0]}") (target <= 0.5; mean $(ratio "$(mean_rest "${sh_turn[@]}")" "${sh_turn[0]}"); --metadata origin: $(ratio "$(max "${or_turn[@]:1}")" "${or_turn[0]}"))"
 echo "$MOUNTS walks at once / one walk alone, slowest: $(ratio "$(max "${sh_once[@]}")" "${sh_turn[0]}") (target <= 2; --metadata origin: $(ratio "$(max "${or_once[@]}")" "${or_turn[0]}"))"
+echo "  reader core busy for $MOUNTS walks at once: $(cut -d' ' -f3 <<<"$sh_once_cost") s cold, $(cut -d' ' -f3 <<<"$sh_warm_once_cost") s warm; for one walk alone: $(cut -d' ' -f3 <<<"$sh_first_cost") s"
+echo "  $MOUNTS walks at once over local disk / one alone: $(ratio "$(max "${lc_once[@]}")" "$lc_one"); shoal cold at once / local disk at once: $(ratio "$(max "${sh_once[@]}")" "$(max "${lc_once[@]}")")"
+echo "  cold at once / warm at once (the reader core's floor, $MOUNTS walks sharing one core): $(ratio "$(max "${sh_once[@]}")" "$(max "${sh_warm_once[@]}")")"
 if [ "$have_ms3" = 1 ]; then
   echo "mountpoint-s3 $MOUNTS at once / one alone, slowest: $(ratio "$(max "${ms_once[@]}")" "$ms_one"); its LISTs $MOUNTS at once / one: $(ratio "$(cut -d' ' -f1 <<<"$ms_once_cost")" "$(cut -d' ' -f1 <<<"$ms_one_cost")")"
 fi
