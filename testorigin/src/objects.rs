@@ -51,7 +51,28 @@ impl Conditions<'_> {
             (None, None) => false,
         };
         if unmodified {
-            return Err(s3_error!(NotModified));
+            // As S3 sends it: the validators and the caching headers a 200
+            // would carry.
+            let mut e = s3_error!(NotModified);
+            let mut h = http::HeaderMap::new();
+            let mut put = |name: http::HeaderName, value: String| {
+                if let Ok(v) = http::HeaderValue::from_str(&value) {
+                    h.insert(name, v);
+                }
+            };
+            put(http::header::ETAG, format!("\"{}\"", obj.etag));
+            put(
+                http::header::LAST_MODIFIED,
+                httpdate::fmt_http_date(obj.last_modified),
+            );
+            if let Some(c) = &obj.attrs.cache_control {
+                put(http::header::CACHE_CONTROL, c.clone());
+            }
+            if let Some(t) = obj.attrs.expires {
+                put(http::header::EXPIRES, httpdate::fmt_http_date(t));
+            }
+            e.set_headers(h);
+            return Err(e);
         }
         Ok(())
     }

@@ -98,6 +98,31 @@ impl S3 for MemS3 {
         if !self.store.bucket_exists(&input.bucket) {
             return Err(s3_error!(NoSuchBucket));
         }
+        // A conditional write, as S3 takes it: If-None-Match: * only where no
+        // object is, If-Match only over the version named.
+        let current = self.store.get(&input.bucket, &input.key).ok();
+        let held = |c: &ETagCondition| match (c, &current) {
+            (ETagCondition::Any, Some(_)) => true,
+            (ETagCondition::ETag(e), Some(o)) => e.value() == o.etag,
+            (_, None) => false,
+        };
+        if input.if_none_match.as_ref().is_some_and(held) {
+            return Err(s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ));
+        }
+        if let Some(c) = &input.if_match {
+            if current.is_none() {
+                return Err(s3_error!(NoSuchKey));
+            }
+            if !held(c) {
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "At least one of the pre-conditions you specified did not hold"
+                ));
+            }
+        }
         let attrs = attrs_of!(input);
         let data = read_body(input.body).await?;
         let etag = self

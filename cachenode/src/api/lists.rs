@@ -1,5 +1,6 @@
 //! Listings and bucket-level reads (ListObjects v1 and v2, ListBuckets,
-//! GetBucketLocation, HeadBucket), passed through to the origin: the client's
+//! HeadBucket, and every bucket subresource GET: location, ACL, versioning,
+//! tagging, policy, uploads, versions, ...), passed through to the origin: the client's
 //! query goes to the origin as it asked it (re-signed with the node's origin
 //! credentials), and the origin's answer comes back as the origin gave it, status,
 //! XML body and all. So `encoding-type`, `fetch-owner`, markers, continuation
@@ -39,34 +40,8 @@ const LIST_PARAMS: &[&str] = &[
     "marker",
 ];
 
-/// Query parameters that name a bucket subresource this node does not pass on.
-const SUBRESOURCES: &[&str] = &[
-    "accelerate",
-    "acl",
-    "analytics",
-    "cors",
-    "delete",
-    "encryption",
-    "intelligent-tiering",
-    "inventory",
-    "lifecycle",
-    "logging",
-    "metrics",
-    "notification",
-    "object-lock",
-    "ownershipControls",
-    "policy",
-    "policyStatus",
-    "publicAccessBlock",
-    "replication",
-    "requestPayment",
-    "tagging",
-    "uploads",
-    "versioning",
-    "versions",
-    "website",
-    "shoal-purge",
-];
+/// Query parameters of requests that are not the origin's to answer.
+const REFUSED: &[&str] = &["shoal-purge"];
 
 pub struct ListRoute {
     pub node: Arc<Node>,
@@ -102,13 +77,13 @@ impl s3s::route::S3Route for ListRoute {
             return false;
         };
         let query = query_pairs(uri);
-        if query
-            .iter()
-            .any(|(k, _)| SUBRESOURCES.contains(&k.as_str()))
-        {
+        if query.iter().any(|(k, _)| REFUSED.contains(&k.as_str())) {
             return false;
         }
-        // HEAD is HeadBucket; the service root takes only GET (ListBuckets).
+        // Every bucket GET is a read (a listing, or a subresource: ACL,
+        // versioning, tagging, location, policy, uploads, versions, ...) and goes
+        // to the origin as asked. HEAD is HeadBucket; the service root takes only
+        // GET (ListBuckets).
         method == Method::GET || (!bucket.is_empty() && query.is_empty())
     }
 
@@ -143,10 +118,11 @@ impl s3s::route::S3Route for ListRoute {
             if cached_only {
                 return Err(not_cached());
             }
+            let kind = if listing { "list" } else { "bucket" };
             self.node
                 .metrics
                 .origin_requests
-                .get_or_create(&KindLabel { kind: "list" })
+                .get_or_create(&KindLabel { kind })
                 .inc();
             return forward(&self.origin, &req, &bucket, "").await;
         };

@@ -86,7 +86,7 @@ macro_rules! ask {
     };
 }
 
-fn time(t: &Timestamp) -> std::time::SystemTime {
+pub(super) fn time(t: &Timestamp) -> std::time::SystemTime {
     std::time::SystemTime::from(time::OffsetDateTime::from(t.clone()))
 }
 
@@ -151,7 +151,7 @@ impl NodeApi {
             (None, None) => false,
         };
         if unmodified {
-            return Err(s3_error!(NotModified));
+            return Err(not_modified(&meta));
         }
         let (start, end, content_range) = match range {
             None => (0, meta.size, None),
@@ -167,6 +167,36 @@ impl NodeApi {
             content_range,
         })
     }
+}
+
+/// A 304 carries the validators and the caching headers a 200 would have
+/// carried (RFC 9110 15.4.5), as S3 sends them: clients read the ETag of a 304.
+fn not_modified(meta: &ObjectMeta) -> s3s::S3Error {
+    let mut e = s3_error!(NotModified);
+    let mut h = http::HeaderMap::new();
+    if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", meta.etag)) {
+        h.insert(http::header::ETAG, v);
+    }
+    if let Some(t) = meta.last_modified {
+        if let Ok(v) = http::HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
+            h.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    for (name, value) in &meta.headers {
+        if matches!(
+            name.as_str(),
+            "cache-control" | "expires" | "content-location" | "vary"
+        ) {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(value),
+            ) {
+                h.append(n, v);
+            }
+        }
+    }
+    e.set_headers(h);
+    e
 }
 
 /// The headers the object was stored with, on an answer, with a GET's

@@ -29,6 +29,10 @@ const PASSED_HEADERS: &[&str] = &[
     "x-amz-server-side-encryption-customer-algorithm",
     "x-amz-server-side-encryption-customer-key",
     "x-amz-server-side-encryption-customer-key-md5",
+    // GetObjectAttributes and ListParts.
+    "x-amz-object-attributes",
+    "x-amz-max-parts",
+    "x-amz-part-number-marker",
 ];
 
 /// Answer headers that describe one connection or one request, not the answer:
@@ -44,7 +48,20 @@ const OWN_HEADERS: &[&str] = &[
 ];
 
 /// Object-read query parameters the node has no blocks for.
-const UNCACHED_QUERY: &[&str] = &["partNumber", "versionId"];
+const UNCACHED_QUERY: &[&str] = &[
+    "partNumber",
+    "versionId",
+    // Reads of what is said about an object rather than its bytes
+    // (GetObjectAttributes, GetObjectAcl, GetObjectTagging, retention and legal
+    // hold, ListParts): the origin's answer, verbatim.
+    "attributes",
+    "acl",
+    "tagging",
+    "retention",
+    "legal-hold",
+    "torrent",
+    "uploadId",
+];
 
 /// The query of `uri` as decoded name and value pairs (`+` is a plus, as SigV4
 /// reads it).

@@ -20,6 +20,51 @@ use crate::fanout::Fanout;
 use crate::metrics::KindLabel;
 use crate::node::Node;
 
+/// What a client's PUT asks of the origin beyond its bytes: what the object is
+/// stored with and the conditions of the write, as the client sent them.
+fn put_headers(i: &PutObjectInput) -> Vec<(String, String)> {
+    let mut h: Vec<(String, String)> = Vec::new();
+    let mut add = |name: &str, value: Option<String>| {
+        if let Some(v) = value {
+            h.push((name.to_owned(), v));
+        }
+    };
+    let condition = |c: &ETagCondition| match c {
+        ETagCondition::Any => "*".to_owned(),
+        ETagCondition::ETag(e) => format!("\"{}\"", e.value()),
+    };
+    add("if-match", i.if_match.as_ref().map(condition));
+    add("if-none-match", i.if_none_match.as_ref().map(condition));
+    add("content-type", i.content_type.clone());
+    add("cache-control", i.cache_control.clone());
+    add("content-disposition", i.content_disposition.clone());
+    add("content-encoding", i.content_encoding.clone());
+    add("content-language", i.content_language.clone());
+    add(
+        "expires",
+        i.expires
+            .as_ref()
+            .map(|t| httpdate::fmt_http_date(super::objects::time(t))),
+    );
+    add(
+        "x-amz-storage-class",
+        i.storage_class.as_ref().map(|c| c.as_str().to_owned()),
+    );
+    add("x-amz-tagging", i.tagging.clone());
+    add(
+        "x-amz-website-redirect-location",
+        i.website_redirect_location.clone(),
+    );
+    if let Some(m) = &i.metadata {
+        let mut m: Vec<_> = m.iter().collect();
+        m.sort();
+        for (k, v) in m {
+            h.push((format!("x-amz-meta-{}", k.to_ascii_lowercase()), v.clone()));
+        }
+    }
+    h
+}
+
 /// Largest single PUT (or upload part) a gateway buffers on its way to the origin;
 /// larger objects go as multipart uploads, which S3 tools do on their own.
 pub const MAX_PUT: usize = 256 << 20;
@@ -50,12 +95,13 @@ impl Writes {
             .await;
     }
 
-    pub async fn put(&self, i: PutObjectInput) -> S3Result<S3Response<PutObjectOutput>> {
-        let body = collect(i.body, MAX_PUT).await?;
+    pub async fn put(&self, mut i: PutObjectInput) -> S3Result<S3Response<PutObjectOutput>> {
+        let headers = put_headers(&i);
+        let body = collect(i.body.take(), MAX_PUT).await?;
         let size = body.len() as u64;
         let etag = self
             .origin
-            .put_object(&i.bucket, &i.key, body)
+            .put_object_with(&i.bucket, &i.key, body, headers)
             .await
             .map_err(store_error)?;
         self.count("put");

@@ -963,3 +963,95 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
         0.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_puts_and_stored_headers_reach_the_origin_as_the_client_sent_them() {
+    let origin = origin().await;
+    let owners = owners(&origin, 2).await;
+    let ids: Vec<SocketAddr> = owners.iter().map(|n| n.addr).collect();
+    let gw = node_for(
+        &origin,
+        "",
+        &format!(
+            "{}[gateway]\nwrites = true\n",
+            gateway_cluster(&ids, &[], "")
+        ),
+    )
+    .await;
+    let (through, direct) = (client(gw.addr), origin_client(&origin));
+    let h = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let put = |c: &shoal::store::s3::S3Client, key: &str, body: &'static [u8], hs| {
+        let (c, key) = (c.clone(), key.to_owned());
+        async move {
+            c.put_object_with(BUCKET, &key, bytes::Bytes::from_static(body), hs)
+                .await
+        }
+    };
+    let refused = |r: &Result<String, StoreError>| matches!(r, Err(e) if matches!(e.cause(), StoreError::PreconditionFailed { .. }));
+    // If-None-Match: * writes only where nothing is, through the gateway as at
+    // the origin, and a refused write changes nothing anywhere.
+    for (c, key) in [(&through, "c/new-gw"), (&direct, "c/new-direct")] {
+        let first = put(c, key, b"first", h(&[("if-none-match", "*")])).await;
+        assert!(first.is_ok(), "{key}: {first:?}");
+        let again = put(c, key, b"second", h(&[("if-none-match", "*")])).await;
+        assert!(refused(&again), "{key}: {again:?}");
+        assert_eq!(origin.get(BUCKET, key).unwrap(), &b"first"[..]);
+    }
+    // (The invalidations of the write went to both owners.)
+    until(gw.addr, "shoal_node_fanout_batches_total{kind=\"ok\"}", 2.0).await;
+    for n in ids.iter().chain([&gw.addr]) {
+        assert_eq!(get(*n, "c/new-gw", None).await.unwrap(), &b"first"[..]);
+    }
+    // If-Match: only over the version named; a wrong one is refused.
+    let etag = through
+        .head_object(&GetObject::new(BUCKET, "c/new-gw"))
+        .await
+        .unwrap()
+        .etag;
+    let wrong = put(&through, "c/new-gw", b"x", h(&[("if-match", "\"0123\"")])).await;
+    assert!(refused(&wrong), "{wrong:?}");
+    let quoted = format!("\"{etag}\"");
+    let right = put(&through, "c/new-gw", b"third", h(&[("if-match", &quoted)])).await;
+    assert!(right.is_ok(), "{right:?}");
+    // Every node reads the new version once the write's invalidations are in.
+    until(gw.addr, "shoal_node_fanout_batches_total{kind=\"ok\"}", 4.0).await;
+    for n in ids.iter().chain([&gw.addr]) {
+        assert_eq!(
+            get(*n, "c/new-gw", None).await.unwrap(),
+            &b"third"[..],
+            "{n}"
+        );
+    }
+    // What the object is stored with goes along.
+    put(
+        &through,
+        "c/typed",
+        b"{}",
+        h(&[
+            ("content-type", "application/json"),
+            ("cache-control", "max-age=7"),
+            ("x-amz-meta-color", "teal"),
+        ]),
+    )
+    .await
+    .unwrap();
+    let meta = direct
+        .head_object(&GetObject::new(BUCKET, "c/typed"))
+        .await
+        .unwrap();
+    assert_eq!(meta.content_type.as_deref(), Some("application/json"));
+    let stored: std::collections::BTreeMap<_, _> = meta.headers.into_iter().collect();
+    assert_eq!(
+        stored.get("cache-control").map(String::as_str),
+        Some("max-age=7")
+    );
+    assert_eq!(
+        stored.get("x-amz-meta-color").map(String::as_str),
+        Some("teal")
+    );
+}

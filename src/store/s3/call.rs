@@ -1,6 +1,7 @@
 //! One request: built with [`Call`], signed, sent within the deadlines, retried
 //! when idempotent, its error answer mapped.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -21,8 +22,9 @@ pub(super) struct Call<'a> {
     pub bucket: &'a str,
     pub key: &'a str,
     pub query: String,
-    /// Headers covered by the signature.
-    pub signed: Vec<(&'static str, String)>,
+    /// Headers covered by the signature (names lower-case; some, such as an
+    /// object's `x-amz-meta-*`, are only known at run time).
+    pub signed: Vec<(Cow<'static, str>, String)>,
     /// Headers sent outside it.
     pub unsigned: Vec<(&'static str, String)>,
     pub body: Bytes,
@@ -262,11 +264,18 @@ impl S3Client {
     ) -> Result<HeaderMap, StoreError> {
         let mut headers = HeaderMap::new();
         let options = self.option_headers(call);
-        let signed: Vec<&(&'static str, String)> =
-            call.signed.iter().chain(options.iter()).collect();
-        for (k, v) in signed.iter().copied().chain(call.unsigned.iter()) {
+        let signed: Vec<(&str, &str)> = call
+            .signed
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_str()))
+            .chain(options.iter().map(|(k, v)| (*k, v.as_str())))
+            .collect();
+        let unsigned = call.unsigned.iter().map(|(k, v)| (*k, v.as_str()));
+        for (k, v) in signed.iter().copied().chain(unsigned) {
+            let name = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| self.protocol(format!("bad header name {k}")))?;
             headers.insert(
-                *k,
+                name,
                 v.parse()
                     .map_err(|_| self.protocol(format!("bad header value for {k}")))?,
             );
@@ -276,7 +285,7 @@ impl S3Client {
         };
         let signer = Signer::with_credentials(creds, &self.region_of(call.bucket));
         let mut to_sign: Vec<(&str, &str)> = vec![("host", host)];
-        to_sign.extend(signed.iter().map(|(k, v)| (*k, v.as_str())));
+        to_sign.extend(signed.iter().copied());
         let payload = if call.method == Method::PUT {
             Payload::Unsigned
         } else {

@@ -163,7 +163,7 @@ impl S3Client {
         }
         let q = call::query_string(query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
         let mut c = call::Call::new(method, bucket, key).query(q);
-        c.signed = headers;
+        c.signed = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
         c.raw = true;
         let resp = self.execute(c).await?;
         Ok(Forwarded {

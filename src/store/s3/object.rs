@@ -61,17 +61,17 @@ impl S3Client {
         ));
         if let Some(e) = &req.if_match {
             call.signed
-                .push(("if-match", format!("\"{}\"", unquote_etag(e))));
+                .push(("if-match".into(), format!("\"{}\"", unquote_etag(e))));
         }
         if let Some(e) = &req.if_none_match {
             call.signed
-                .push(("if-none-match", format!("\"{}\"", unquote_etag(e))));
+                .push(("if-none-match".into(), format!("\"{}\"", unquote_etag(e))));
         }
         call.unsigned.extend(req.headers.iter().cloned());
         call.range = req.range.map(|r| r.header());
         if let Some(r) = &call.range {
             if self.inner.opts.sign_range {
-                call.signed.push(("range", r.clone()));
+                call.signed.push(("range".into(), r.clone()));
             } else {
                 call.unsigned.push(("range", r.clone()));
             }

@@ -17,11 +17,31 @@ impl S3Client {
         key: &str,
         body: Bytes,
     ) -> Result<String, StoreError> {
+        self.put_object_with(bucket, key, body, Vec::new()).await
+    }
+
+    /// A PUT with `headers` (signed): what the object is stored with
+    /// (`content-type`, `x-amz-meta-*`, ...) and its conditions (`if-match`,
+    /// `if-none-match`). Returns the new ETag.
+    pub async fn put_object_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Bytes,
+        headers: Vec<(String, String)>,
+    ) -> Result<String, StoreError> {
         self.check_key(key)?;
-        // A PUT of the same bytes is idempotent: retried.
-        let resp = self
-            .execute(Call::new(Method::PUT, bucket, key).body(body))
-            .await?;
+        let conditional = headers
+            .iter()
+            .any(|(k, _)| k == "if-match" || k == "if-none-match");
+        let mut call = Call::new(Method::PUT, bucket, key).body(body);
+        call.signed = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        // A PUT of the same bytes is idempotent: retried; a conditional one is
+        // not (its retry could fail on its own first attempt's success).
+        if conditional {
+            call = call.once();
+        }
+        let resp = self.execute(call).await?;
         Ok(etag_header(&resp))
     }
 
