@@ -228,6 +228,16 @@ async fn send(http: &reqwest::Client, t: &Target, bucket: &str, r: &Req, how: Si
     }
 }
 
+/// Whether header `h` has the same value in two answers (dates as dates: formats
+/// may differ in spacing).
+fn same_header(h: &str, x: Option<&String>, y: Option<&String>) -> bool {
+    if DATES.contains(&h) {
+        x.map(|v| httpdate::parse_http_date(v).ok()) == y.map(|v| httpdate::parse_http_date(v).ok())
+    } else {
+        x == y
+    }
+}
+
 /// How `b` differs from `a`, the origin's answer; empty when alike.
 fn differences(a: &Answer, b: &Answer, method: &Method) -> Vec<String> {
     let mut out = Vec::new();
@@ -251,13 +261,7 @@ fn differences(a: &Answer, b: &Answer, method: &Method) -> Vec<String> {
         };
         for h in compared {
             let (x, y) = (a.headers.get(*h), b.headers.get(*h));
-            let same = if DATES.contains(h) {
-                x.map(|v| httpdate::parse_http_date(v).ok())
-                    == y.map(|v| httpdate::parse_http_date(v).ok())
-            } else {
-                x == y
-            };
-            if x.is_some() && !same {
+            if x.is_some() && !same_header(h, x, y) {
                 out.push(format!("{h} on a {}: {x:?} vs {y:?}", a.status));
             }
         }
@@ -265,13 +269,7 @@ fn differences(a: &Answer, b: &Answer, method: &Method) -> Vec<String> {
     }
     for h in COMPARED {
         let (x, y) = (a.headers.get(*h), b.headers.get(*h));
-        let same = if DATES.contains(h) {
-            x.map(|v| httpdate::parse_http_date(v).ok())
-                == y.map(|v| httpdate::parse_http_date(v).ok())
-        } else {
-            x == y
-        };
-        if !same {
+        if !same_header(h, x, y) {
             out.push(format!("{h}: {x:?} vs {y:?}"));
         }
     }
