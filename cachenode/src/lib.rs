@@ -164,7 +164,7 @@ pub fn build(
     builder.set_route(api::Routes {
         purge: api::PurgeRoute {
             node: node.clone(),
-            fanout,
+            fanout: fanout.clone(),
             open,
         },
         lists: api::ListRoute {
@@ -179,6 +179,15 @@ pub fn build(
             open,
             domains: node_cfg.domains.clone(),
         },
+        writes: cfg
+            .gateway
+            .writes
+            .then(|| api::forwarded_writes::WriteRoute {
+                node: node.clone(),
+                origin: origin.clone(),
+                fanout: fanout.clone(),
+                domains: node_cfg.domains.clone(),
+            }),
     });
     if !node_cfg.domains.is_empty() {
         let host = s3s::host::MultiDomain::new(&node_cfg.domains)

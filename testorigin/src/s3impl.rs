@@ -210,6 +210,69 @@ impl S3 for MemS3 {
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let i = req.input;
+        let CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
+            return Err(s3_error!(NotImplemented, "access point copy sources"));
+        };
+        if !self.store.bucket_exists(&i.bucket) {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        let src = self.store.get(bucket, key).map_err(missing)?;
+        // S3's order for x-amz-copy-source-if-*: If-Match, else
+        // If-Unmodified-Since; If-None-Match, else If-Modified-Since; either
+        // failing fails the copy.
+        let failed = match (&i.copy_source_if_match, &i.copy_source_if_unmodified_since) {
+            (Some(c), _) => !etag_held(c, &src.etag),
+            (None, Some(t)) => src.last_modified > crate::objects::time(t),
+            (None, None) => false,
+        } || match (
+            &i.copy_source_if_none_match,
+            &i.copy_source_if_modified_since,
+        ) {
+            (Some(c), _) => etag_held(c, &src.etag),
+            (None, Some(t)) => src.last_modified <= crate::objects::time(t),
+            (None, None) => false,
+        };
+        if failed {
+            return Err(s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ));
+        }
+        let replace = i
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if !replace && **bucket == *i.bucket && **key == *i.key {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+            ));
+        }
+        let attrs = if replace {
+            attrs_of!(i)
+        } else {
+            src.attrs.clone()
+        };
+        let etag = self
+            .store
+            .put_with(&i.bucket, &i.key, src.data.clone(), attrs)
+            .ok_or_else(|| s3_error!(NoSuchBucket))?;
+        let stored = self.store.get(&i.bucket, &i.key).map_err(missing)?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(etag)),
+                last_modified: Some(Timestamp::from(stored.last_modified)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
     async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
@@ -416,4 +479,12 @@ fn chunked(
         let end = ((i + 1) * CHUNK).min(body.len());
         Ok(body.slice(i * CHUNK..end))
     }))
+}
+
+/// Whether an ETag condition holds for an object whose ETag is `etag`.
+fn etag_held(c: &ETagCondition, etag: &str) -> bool {
+    match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == etag,
+    }
 }

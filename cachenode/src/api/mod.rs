@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod forwarded_writes;
 pub mod lists;
 pub mod objects;
 pub mod passthrough;
@@ -129,6 +130,8 @@ pub struct Routes {
     pub purge: PurgeRoute,
     pub lists: ListRoute,
     pub objects: passthrough::ObjectRoute,
+    /// A gateway's writes passed on as asked (copies, bucket writes).
+    pub writes: Option<forwarded_writes::WriteRoute>,
 }
 
 /// Which route matched, noted on the request between match and call.
@@ -137,6 +140,7 @@ enum Matched {
     Purge,
     List,
     Object,
+    Write,
 }
 
 #[async_trait::async_trait]
@@ -154,6 +158,12 @@ impl s3s::route::S3Route for Routes {
             Matched::List
         } else if self.objects.is_match(method, uri, headers, ext) {
             Matched::Object
+        } else if self
+            .writes
+            .as_ref()
+            .is_some_and(|w| w.is_match(method, uri, headers, ext))
+        {
+            Matched::Write
         } else {
             return false;
         };
@@ -162,17 +172,19 @@ impl s3s::route::S3Route for Routes {
     }
 
     async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
-        match req.extensions.get::<Matched>() {
-            Some(Matched::Purge) => self.purge.check_access(req).await,
-            Some(Matched::Object) => self.objects.check_access(req).await,
+        match (req.extensions.get::<Matched>(), &self.writes) {
+            (Some(Matched::Purge), _) => self.purge.check_access(req).await,
+            (Some(Matched::Object), _) => self.objects.check_access(req).await,
+            (Some(Matched::Write), Some(w)) => w.check_access(req).await,
             _ => self.lists.check_access(req).await,
         }
     }
 
     async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
-        match req.extensions.get::<Matched>() {
-            Some(Matched::Purge) => self.purge.call(req).await,
-            Some(Matched::Object) => self.objects.call(req).await,
+        match (req.extensions.get::<Matched>(), &self.writes) {
+            (Some(Matched::Purge), _) => self.purge.call(req).await,
+            (Some(Matched::Object), _) => self.objects.call(req).await,
+            (Some(Matched::Write), Some(w)) => w.call(req).await,
             _ => self.lists.call(req).await,
         }
     }

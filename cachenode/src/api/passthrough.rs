@@ -116,13 +116,19 @@ pub async fn forward(
         )
         .await
         .map_err(store_error)?;
+    Ok(streamed(answer))
+}
+
+/// The origin's answer as the client's: status, headers a proxy copies, the body
+/// as it streams.
+pub fn streamed(answer: shoal::store::s3::Forwarded) -> S3Response<s3s::Body> {
     let body = SyncStream::new(answer.body.map_err(std::io::Error::other));
     let mut resp = S3Response::new(s3s::Body::from(s3s::dto::StreamingBlob::wrap(body)));
     resp.status = http::StatusCode::from_u16(answer.status).ok();
     for (name, value) in answer_headers(&answer.headers) {
         resp.headers.insert(name.clone(), value.clone());
     }
-    Ok(resp)
+    resp
 }
 
 /// The most of a small answer (a listing page) held whole: S3 pages are a few

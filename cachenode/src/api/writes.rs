@@ -20,6 +20,14 @@ use crate::fanout::Fanout;
 use crate::metrics::KindLabel;
 use crate::node::Node;
 
+/// An ETag condition as a header value.
+fn condition(c: &ETagCondition) -> String {
+    match c {
+        ETagCondition::Any => "*".to_owned(),
+        ETagCondition::ETag(e) => format!("\"{}\"", e.value()),
+    }
+}
+
 /// What a client's PUT asks of the origin beyond its bytes: what the object is
 /// stored with and the conditions of the write, as the client sent them.
 fn put_headers(i: &PutObjectInput) -> Vec<(String, String)> {
@@ -28,10 +36,6 @@ fn put_headers(i: &PutObjectInput) -> Vec<(String, String)> {
         if let Some(v) = value {
             h.push((name.to_owned(), v));
         }
-    };
-    let condition = |c: &ETagCondition| match c {
-        ETagCondition::Any => "*".to_owned(),
-        ETagCondition::ETag(e) => format!("\"{}\"", e.value()),
     };
     add("if-match", i.if_match.as_ref().map(condition));
     add("if-none-match", i.if_none_match.as_ref().map(condition));
@@ -183,8 +187,15 @@ impl Writes {
             })
             .collect();
         let origin = &self.origin;
+        let conditions = [
+            ("if-match", &i.if_match),
+            ("if-none-match", &i.if_none_match),
+        ]
+        .into_iter()
+        .filter_map(|(name, c)| Some((name.to_owned(), condition(c.as_ref()?))))
+        .collect();
         let etag = origin
-            .complete_multipart_upload(&i.bucket, &i.key, &i.upload_id, &parts)
+            .complete_multipart_upload_with(&i.bucket, &i.key, &i.upload_id, &parts, conditions)
             .await
             .map_err(store_error)?;
         self.count("multipart_complete");

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::Method;
 use shoal::config::Credentials;
 use shoal::store::s3::{encode_path, query_value, Payload, S3Client, Signer};
+use shoal::store::GetObject;
 
 /// Answer headers a client acts on, compared between the origin and a node.
 const COMPARED: &[&str] = &[
@@ -92,6 +93,14 @@ impl Req {
     }
     fn h(mut self, k: &str, v: &str) -> Req {
         self.headers.push((k.to_owned(), v.to_owned()));
+        self
+    }
+    /// Headers written `name=value;name=value` (none for `""`).
+    fn h_opt(mut self, list: &str) -> Req {
+        for pair in list.split(';').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').expect("name=value");
+            self = self.h(k, v);
+        }
         self
     }
     fn in_bucket(mut self, b: &str) -> Req {
@@ -816,4 +825,306 @@ async fn a_node_answers_as_moto_does() {
     // auth answers are not S3's to compare with; the node's are still checked.
     let n = suite(&moto.endpoint, "moto-key", "moto-secret", Origin::Lenient).await;
     eprintln!("conformance against moto: {n} answers compared, all alike");
+}
+
+/// One write of the write suite: built for a destination key, with the statuses
+/// it may have.
+struct Write {
+    what: &'static str,
+    /// The destination exists (an older version, read through every node first).
+    existing: bool,
+    build: BuildWrite,
+}
+
+/// A write's request for a destination key and the ETag it has there (if any).
+type BuildWrite = Box<dyn Fn(&str, &str) -> Req>;
+
+/// A PUT of a few bytes with condition `name`: `value`, or the destination's own
+/// ETag for `None`.
+fn put_if(name: &'static str, value: Option<&'static str>) -> BuildWrite {
+    Box::new(move |dest: &str, etag: &str| {
+        let mut r = req(Method::PUT, dest).h(name, value.unwrap_or(etag));
+        r.body = Bytes::from_static(b"conditional");
+        r
+    })
+}
+
+/// Writes through a gateway with writes on, against the same writes straight to
+/// the origin: CopyObject (plain, conditional, with its metadata directive, of a
+/// missing source), UploadPartCopy and conditional PUTs. Compared: status, error
+/// code, the object each left (ETag, bytes, type, metadata), and the destination
+/// read through every node once the write's invalidations are in.
+async fn write_suite(endpoint: &str, access: &str, secret: &str) -> usize {
+    let http = reqwest::Client::new();
+    let bucket = BUCKET;
+    let origin = Target {
+        name: "origin",
+        endpoint: endpoint.to_owned(),
+        access: access.to_owned(),
+        secret: secret.to_owned(),
+    };
+    send(
+        &http,
+        &origin,
+        bucket,
+        &req(Method::PUT, ""),
+        Signing::Proper,
+    )
+    .await;
+    let mut src = req(Method::PUT, "w/src");
+    src.body = data(70_001, 40);
+    src = src
+        .h("content-type", "text/csv")
+        .h("x-amz-meta-color", "green");
+    let put = send(&http, &origin, bucket, &src, Signing::Proper).await;
+    assert_eq!(put.status, 200, "{put:?}");
+    let src_etag = put.headers["etag"].clone();
+
+    let origin_section = origin_section(endpoint, access, secret);
+    let owners = [
+        start_node(&parse(&node_section(&origin_section, "", ""))).await,
+        start_node(&parse(&node_section(&origin_section, "", ""))).await,
+    ];
+    let ids: Vec<String> = owners.iter().map(|n| n.addr.to_string()).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let gateway = start_node(&parse(&node_section(
+        &origin_section,
+        "",
+        &format!("{}[gateway]\nwrites = true\n", cluster_toml(&ids, "")),
+    )))
+    .await;
+    let gw = Target {
+        name: "gateway",
+        endpoint: format!("http://{}", gateway.addr),
+        access: NODE_KEY.into(),
+        secret: NODE_SECRET.into(),
+    };
+    let readers: Vec<std::net::SocketAddr> = owners
+        .iter()
+        .map(|n| n.addr)
+        .chain([gateway.addr])
+        .collect();
+
+    let source = format!("/{bucket}/w/src");
+    let copy = move |s: &str| {
+        let source = source.clone();
+        let s = s.to_owned();
+        move |dest: &str, _: &str| {
+            req(Method::PUT, dest)
+                .h("x-amz-copy-source", &source)
+                .h_opt(&s)
+        }
+    };
+    let writes: Vec<Write> = vec![
+        Write { what: "CopyObject", existing: true, build: Box::new(copy("")) },
+        Write { what: "CopyObject onto a new key", existing: false, build: Box::new(copy("")) },
+        Write {
+            what: "CopyObject if-match right",
+            existing: true,
+            build: Box::new(copy(&format!("x-amz-copy-source-if-match={src_etag}"))),
+        },
+        Write {
+            what: "CopyObject if-match wrong",
+            existing: true,
+            build: Box::new(copy("x-amz-copy-source-if-match=\"0123\"")),
+        },
+        Write {
+            what: "CopyObject if-none-match the source",
+            existing: true,
+            build: Box::new(copy(&format!("x-amz-copy-source-if-none-match={src_etag}"))),
+        },
+        Write {
+            what: "CopyObject if-unmodified-since past",
+            existing: true,
+            build: Box::new(copy("x-amz-copy-source-if-unmodified-since=Sat, 01 Jan 2000 00:00:00 GMT")),
+        },
+        Write {
+            what: "CopyObject REPLACE",
+            existing: true,
+            build: Box::new(copy(
+                "x-amz-metadata-directive=REPLACE;content-type=application/x-copied;x-amz-meta-color=violet",
+            )),
+        },
+        Write {
+            what: "CopyObject of a missing source",
+            existing: true,
+            build: Box::new(move |dest: &str, _: &str| {
+                req(Method::PUT, dest).h("x-amz-copy-source", &format!("/{BUCKET}/w/none"))
+            }),
+        },
+        Write {
+            what: "PutObject if-none-match * over an object",
+            existing: true,
+            build: put_if("if-none-match", Some("*")),
+        },
+        Write {
+            what: "PutObject if-none-match * onto a new key",
+            existing: false,
+            build: put_if("if-none-match", Some("*")),
+        },
+        Write {
+            what: "PutObject if-match wrong",
+            existing: true,
+            build: put_if("if-match", Some("\"0123\"")),
+        },
+        Write {
+            what: "PutObject if-match right",
+            existing: true,
+            build: put_if("if-match", None),
+        },
+    ];
+    let mut wrong = Vec::new();
+    let mut compared = 0;
+    for (n, w) in writes.iter().enumerate() {
+        let mut answers = Vec::new();
+        for t in [&origin, &gw] {
+            let dest = format!("w/{n}/{}", t.name);
+            let mut old_etag = String::new();
+            if w.existing {
+                let mut r = req(Method::PUT, &dest);
+                r.body = data(1000 + n, 50 + n as u64);
+                let a = send(&http, &origin, bucket, &r, Signing::Proper).await;
+                old_etag = a.headers["etag"].clone();
+                // Every node holds the old version of the gateway's destination.
+                for addr in readers.iter().filter(|_| t.name == "gateway") {
+                    let got = client(*addr)
+                        .get_bytes(&GetObject::new(bucket, &dest))
+                        .await;
+                    assert!(got.is_ok(), "{dest} through {addr}: {got:?}");
+                }
+            }
+            let batches = metric(
+                &scrape(gateway.addr).await,
+                "shoal_node_fanout_batches_total{kind=\"ok\"}",
+            );
+            let a = send(
+                &http,
+                t,
+                bucket,
+                &(w.build)(&dest, &old_etag),
+                Signing::Proper,
+            )
+            .await;
+            if a.status == 200 && t.name == "gateway" {
+                let want = batches + owners.len() as f64;
+                wait_for(
+                    "the write's invalidations",
+                    Duration::from_secs(20),
+                    || async {
+                        metric(
+                            &scrape(gateway.addr).await,
+                            "shoal_node_fanout_batches_total{kind=\"ok\"}",
+                        ) >= want
+                    },
+                )
+                .await;
+            }
+            // What the write left at the origin, and what every node reads.
+            let left = send(
+                &http,
+                &origin,
+                bucket,
+                &req(Method::GET, &dest),
+                Signing::Proper,
+            )
+            .await;
+            for addr in readers.iter().filter(|_| t.name == "gateway") {
+                let through = client(*addr)
+                    .get_bytes(&GetObject::new(bucket, &dest))
+                    .await;
+                let fresh = match (&through, left.status) {
+                    (Ok((_, b)), 200) => *b == left.body,
+                    (Err(_), 404) => true,
+                    _ => false,
+                };
+                if !fresh {
+                    wrong.push(format!(
+                        "{} ({}): {dest} through {addr} is not the origin's",
+                        w.what, t.name
+                    ));
+                }
+            }
+            answers.push((a, left));
+        }
+        compared += 1;
+        let ((da, dl), (ga, gl)) = (&answers[0], &answers[1]);
+        let mut d = Vec::new();
+        if da.status != ga.status || da.code() != ga.code() {
+            d.push(format!(
+                "{} {:?} vs {} {:?}",
+                da.status,
+                da.code(),
+                ga.status,
+                ga.code()
+            ));
+        }
+        for h in ["etag", "content-type", "x-amz-meta-color"] {
+            if dl.headers.get(h) != gl.headers.get(h)
+                && !(h == "etag" && !w.existing && dl.status != 200)
+            {
+                d.push(format!(
+                    "afterwards {h}: {:?} vs {:?}",
+                    dl.headers.get(h),
+                    gl.headers.get(h)
+                ));
+            }
+        }
+        if dl.body != gl.body {
+            d.push("afterwards the bytes differ".into());
+        }
+        if !d.is_empty() {
+            wrong.push(format!("{}: {}", w.what, d.join("; ")));
+        }
+    }
+    // UploadPartCopy: a part of an upload copied from the source, through each.
+    let mut parts = Vec::new();
+    for t in [&origin, &gw] {
+        let dest = format!("w/part/{}", t.name);
+        let c = S3Client::new(client_options(
+            &t.endpoint,
+            "us-east-1",
+            &t.access,
+            &t.secret,
+            true,
+        ))
+        .unwrap();
+        let id = c.create_multipart_upload(bucket, &dest).await.unwrap();
+        let r = req(Method::PUT, &dest)
+            .q("partNumber", "1")
+            .q("uploadId", &id)
+            .h("x-amz-copy-source", &format!("/{bucket}/w/src"));
+        let a = send(&http, t, bucket, &r, Signing::Proper).await;
+        let etag = String::from_utf8_lossy(&a.body)
+            .split_once("<ETag>")
+            .and_then(|(_, r)| r.split_once("</ETag>"))
+            .map(|(e, _)| e.replace("&quot;", "\""));
+        parts.push((a.status, a.code(), etag));
+        let _ = c.abort_multipart_upload(bucket, &dest, &id).await;
+    }
+    compared += 1;
+    eprintln!("UploadPartCopy direct and through the gateway: {parts:?}");
+    if parts[0] != parts[1] {
+        wrong.push(format!("UploadPartCopy: {:?} vs {:?}", parts[0], parts[1]));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} writes differ through the gateway:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    compared
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_writes_as_the_test_origin_does() {
+    let o = crate::common::origin().await;
+    let n = write_suite(&o.endpoint(), &o.options.access_key, &o.options.secret_key).await;
+    eprintln!("writes against the test origin: {n} compared, all alike");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_writes_as_moto_does() {
+    let moto = Moto::start();
+    let n = write_suite(&moto.endpoint, "moto-key", "moto-secret").await;
+    eprintln!("writes against moto: {n} compared, all alike");
 }

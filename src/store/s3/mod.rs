@@ -158,12 +158,47 @@ impl S3Client {
         query: Vec<(String, String)>,
         headers: Vec<(&'static str, String)>,
     ) -> Result<Forwarded, StoreError> {
+        let headers = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        self.forward_call(method, bucket, key, query, headers, Bytes::new())
+            .await
+    }
+
+    /// A write passed on for someone else ([`forward`](Self::forward) with a
+    /// body and headers named at run time: `x-amz-copy-source`, `x-amz-meta-*`):
+    /// sent once, as a client's write is not the passer-on's to repeat.
+    pub async fn forward_write(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: &str,
+        query: Vec<(String, String)>,
+        headers: Vec<(String, String)>,
+        body: Bytes,
+    ) -> Result<Forwarded, StoreError> {
+        let headers = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        self.forward_call(method, bucket, key, query, headers, body)
+            .await
+    }
+
+    async fn forward_call(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: &str,
+        query: Vec<(String, String)>,
+        headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+        body: Bytes,
+    ) -> Result<Forwarded, StoreError> {
         if !key.is_empty() {
             self.check_key(key)?;
         }
         let q = call::query_string(query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
-        let mut c = call::Call::new(method, bucket, key).query(q);
-        c.signed = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        let writes = method != Method::GET && method != Method::HEAD;
+        let mut c = call::Call::new(method, bucket, key).query(q).body(body);
+        if writes {
+            c = c.once();
+        }
+        c.signed = headers;
         c.raw = true;
         let resp = self.execute(c).await?;
         Ok(Forwarded {

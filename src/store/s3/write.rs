@@ -91,6 +91,20 @@ impl S3Client {
         upload_id: &str,
         parts: &[(i32, String)],
     ) -> Result<String, StoreError> {
+        self.complete_multipart_upload_with(bucket, key, upload_id, parts, Vec::new())
+            .await
+    }
+
+    /// [`complete_multipart_upload`](Self::complete_multipart_upload) with
+    /// `headers` (signed): its conditions, `if-match` and `if-none-match`.
+    pub async fn complete_multipart_upload_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, String)],
+        headers: Vec<(String, String)>,
+    ) -> Result<String, StoreError> {
         self.check_key(key)?;
         let mut xml_body = String::from("<CompleteMultipartUpload>");
         for (n, etag) in parts {
@@ -100,10 +114,11 @@ impl S3Client {
             ));
         }
         xml_body.push_str("</CompleteMultipartUpload>");
-        let call = Call::new(Method::POST, bucket, key)
+        let mut call = Call::new(Method::POST, bucket, key)
             .query(format!("uploadId={}", encode::query_value(upload_id)))
             .body(Bytes::from(xml_body))
             .once();
+        call.signed = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
         let body = self.small(call).await?;
         // S3 may answer 200 and still fail the completion in the body.
         if let Ok(e) = xml::parse_as::<xml::ErrorBody>(&body) {
