@@ -202,14 +202,12 @@ impl Mount {
             mnt,
             child: Some(child),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !m.is_mounted() {
+        crate::wait::wait_until("the mount came up", Duration::from_secs(20), || {
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("shoal-mount exited before mounting: {status}");
             }
-            assert!(Instant::now() < deadline, "mount did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            m.is_mounted()
+        });
         m
     }
 
@@ -240,18 +238,16 @@ impl Mount {
 
     /// The status once `ok` holds of it (within 30 s).
     pub fn wait_status(&self, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let s = self.status();
-            if ok(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the mount's status never came to hold: {s}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut last = serde_json::Value::Null;
+        crate::wait::wait_until(
+            "the mount's status came to hold",
+            Duration::from_secs(30),
+            || {
+                last = self.status();
+                ok(&last)
+            },
+        );
+        last
     }
 
     /// The process serving the mount now (not the keeper).

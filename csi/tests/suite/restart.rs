@@ -116,17 +116,25 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
         .collect();
     let t0 = Instant::now();
     let at = |f: u32| secs * f / 4;
+    // Each step comes once its time has come and the readers have read on since
+    // the last one: a mount that stopped answering fails here, within HUNG.
+    let step = |what: &'static str, at: Duration| {
+        let (calls, before) = (calls.clone(), calls.load(Relaxed));
+        async move {
+            wait_for(what, at.saturating_sub(t0.elapsed()) + HUNG, || {
+                let ok = t0.elapsed() >= at && calls.load(Relaxed) > before;
+                async move { ok }
+            })
+            .await
+        }
+    };
     let mut events = Vec::new();
     // A quarter in: the plugin killed with its process group, and started again.
-    while t0.elapsed() < at(1) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    step("the readers read a quarter in", at(1)).await;
     plugin.kill_and_restart();
     events.push("plugin restarted");
     // Halfway: the mount's keeper killed; the plugin keeps it again.
-    while t0.elapsed() < at(2) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    step("the readers read on to halfway", at(2)).await;
     let control = std::fs::read_dir(plugin.state.join("volumes"))
         .unwrap()
         .flatten()
@@ -140,24 +148,21 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
     unsafe { libc::kill(keeper, libc::SIGKILL) };
     events.push("keeper killed");
     // Three quarters in: the plugin restarted once more.
-    while t0.elapsed() < at(3) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    step("the readers read on to three quarters", at(3)).await;
     plugin.kill_and_restart();
     events.push("plugin restarted");
-    while t0.elapsed() < secs {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    step("the readers read on to the end", secs).await;
     stop.store(true, Relaxed);
-    let deadline = Instant::now() + HUNG;
+    wait_for(
+        "every reader back from its call (a hung call)",
+        HUNG,
+        || {
+            let done = readers.iter().all(|r| r.is_finished());
+            async move { done }
+        },
+    )
+    .await;
     for r in readers {
-        while !r.is_finished() {
-            assert!(
-                Instant::now() < deadline,
-                "a reader is stuck in a call: hung"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
         r.join().unwrap();
     }
     let after: serde_json::Value =

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shoal_csi::proto::identity_client::IdentityClient;
 use shoal_csi::proto::node_client::NodeClient;
@@ -74,14 +74,12 @@ impl Plugin {
             .process_group(0)
             .spawn()
             .expect("start shoal-csi");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+        wait_until("shoal-csi listens", Duration::from_secs(20), || {
             if let Some(s) = self.child.try_wait().unwrap() {
                 panic!("shoal-csi exited ({s}): {}", self.log_text());
             }
-            assert!(Instant::now() < deadline, "shoal-csi did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+        });
     }
 
     /// SIGKILLs the plugin's whole process group, as a container restart does to
