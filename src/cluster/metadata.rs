@@ -8,6 +8,7 @@
 //! directory once, not once per reader. With no node to answer, the origin does,
 //! counted by cause.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,9 +16,10 @@ use super::fetch::Routed;
 use super::metrics::{MetadataLabel, NODE, ORIGIN};
 use super::ClusterReader;
 use crate::node_proto;
-use crate::route::{list_page_key, BlockId};
+use crate::route::{list_page_key, BlockId, NodeHandle};
 use crate::store::{
-    GetObject, GetResponse, ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError,
+    ExtraHeaders, GetObject, GetResponse, ListPage, ListRequest, ObjectMeta, ObjectStore,
+    StoreError,
 };
 
 /// Listings and HEADs from the cluster, everything else from the origin.
@@ -43,6 +45,46 @@ impl ClusterMetadata {
             .inc();
     }
 
+    /// `req` from `block`'s owner (`ask`: one node asked, with this asker's TTL
+    /// and, when hedged, for cached answers only), else from the origin
+    /// (`origin`, shoal's headers stripped); counted as `op` by where it came from.
+    async fn through<R, T, F, O>(
+        &self,
+        op: &'static str,
+        block: &BlockId<'_>,
+        req: &R,
+        ask: impl Fn(NodeHandle, R) -> F,
+        origin: impl FnOnce(R) -> O,
+    ) -> Result<T, StoreError>
+    where
+        R: Clone + ExtraHeaders,
+        F: Future<Output = Result<T, StoreError>>,
+        O: Future<Output = Result<T, StoreError>>,
+    {
+        let asked = |node, hedged| {
+            let mut req = req.clone();
+            node_proto::set_metadata_ttl(&mut req, self.accept);
+            node_proto::set_cached_only(&mut req, hedged);
+            ask(node, req)
+        };
+        match self.reader.fetcher.route(block, asked).await {
+            Ok(answer) => {
+                self.count(op, true);
+                Ok(answer)
+            }
+            Err(Routed::Answer(e)) => {
+                self.count(op, true);
+                Err(e)
+            }
+            Err(Routed::Fallback(cause)) => {
+                self.fell_back(op, cause);
+                let mut req = req.clone();
+                node_proto::strip(&mut req);
+                origin(req).await
+            }
+        }
+    }
+
     fn fell_back(&self, op: &'static str, cause: super::Fallback) {
         self.reader
             .metrics
@@ -65,29 +107,15 @@ impl ObjectStore for ClusterMetadata {
             key: &req.key,
             index: 0,
         };
-        let calls = &self.reader.fetcher.calls;
-        let ask = |node, hedged| {
-            let mut req = req.clone();
-            node_proto::set_metadata_ttl(&mut req, self.accept);
-            node_proto::set_cached_only(&mut req, hedged);
-            async move { calls.node_head(&node, &req).await }
-        };
-        match self.reader.fetcher.route(&block, ask).await {
-            Ok(meta) => {
-                self.count("head", true);
-                Ok(meta)
-            }
-            Err(Routed::Answer(e)) => {
-                self.count("head", true);
-                Err(e)
-            }
-            Err(Routed::Fallback(cause)) => {
-                self.fell_back("head", cause);
-                let mut req = req.clone();
-                node_proto::strip(&mut req);
-                self.reader.origin().head(&req).await
-            }
-        }
+        let (calls, origin) = (&self.reader.fetcher.calls, self.reader.origin());
+        self.through(
+            "head",
+            &block,
+            req,
+            |node, req| async move { calls.node_head(&node, &req).await },
+            |req| async move { origin.head(&req).await },
+        )
+        .await
     }
 
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
@@ -101,29 +129,15 @@ impl ObjectStore for ClusterMetadata {
             key: &key,
             index: 0,
         };
-        let calls = &self.reader.fetcher.calls;
-        let ask = |node, hedged| {
-            let mut req = req.clone();
-            node_proto::set_metadata_ttl(&mut req, self.accept);
-            node_proto::set_cached_only(&mut req, hedged);
-            async move { calls.node_list(&node, &req).await }
-        };
-        match self.reader.fetcher.route(&block, ask).await {
-            Ok(page) => {
-                self.count("list", true);
-                Ok(page)
-            }
-            Err(Routed::Answer(e)) => {
-                self.count("list", true);
-                Err(e)
-            }
-            Err(Routed::Fallback(cause)) => {
-                self.fell_back("list", cause);
-                let mut req = req.clone();
-                node_proto::strip(&mut req);
-                self.reader.origin().list_page(&req).await
-            }
-        }
+        let (calls, origin) = (&self.reader.fetcher.calls, self.reader.origin());
+        self.through(
+            "list",
+            &block,
+            req,
+            |node, req| async move { calls.node_list(&node, &req).await },
+            |req| async move { origin.list_page(&req).await },
+        )
+        .await
     }
 
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
