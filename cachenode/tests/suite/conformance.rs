@@ -597,24 +597,35 @@ enum Origin {
     Lenient,
 }
 
-async fn suite(endpoint: &str, access: &str, secret: &str, kind: Origin) -> usize {
-    let http = reqwest::Client::new();
-    let bucket = BUCKET;
+/// The origin as a target, with the test's bucket made on it.
+async fn origin_with_bucket(
+    http: &reqwest::Client,
+    endpoint: &str,
+    access: &str,
+    secret: &str,
+) -> Target {
     let origin = Target {
         name: "origin",
         endpoint: endpoint.to_owned(),
         access: access.to_owned(),
         secret: secret.to_owned(),
     };
-    // The bucket (moto starts with none) and the objects.
     send(
-        &http,
+        http,
         &origin,
-        bucket,
+        BUCKET,
         &req(Method::PUT, ""),
         Signing::Proper,
     )
     .await;
+    origin
+}
+
+async fn suite(endpoint: &str, access: &str, secret: &str, kind: Origin) -> usize {
+    let http = reqwest::Client::new();
+    let bucket = BUCKET;
+    // The bucket (moto starts with none), then the objects.
+    let origin = origin_with_bucket(&http, endpoint, access, secret).await;
     let mut etag = String::new();
     for (key, body) in objects() {
         let mut r = req(Method::PUT, &key);
@@ -857,20 +868,7 @@ fn put_if(name: &'static str, value: Option<&'static str>) -> BuildWrite {
 async fn write_suite(endpoint: &str, access: &str, secret: &str) -> usize {
     let http = reqwest::Client::new();
     let bucket = BUCKET;
-    let origin = Target {
-        name: "origin",
-        endpoint: endpoint.to_owned(),
-        access: access.to_owned(),
-        secret: secret.to_owned(),
-    };
-    send(
-        &http,
-        &origin,
-        bucket,
-        &req(Method::PUT, ""),
-        Signing::Proper,
-    )
-    .await;
+    let origin = origin_with_bucket(&http, endpoint, access, secret).await;
     let mut src = req(Method::PUT, "w/src");
     src.body = data(70_001, 40);
     src = src
