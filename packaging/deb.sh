@@ -27,6 +27,8 @@ for c in node mount cluster-dns gateway; do
   conffiles+=("/etc/shoal/$c.toml")
 done
 put 644 packaging/systemd/shoal-node.service lib/systemd/system/shoal-node.service
+put 644 packaging/debian/shoal-node.logrotate etc/logrotate.d/shoal-node
+conffiles+=("/etc/logrotate.d/shoal-node")
 put 644 packaging/systemd/shoal-mount@.service lib/systemd/system/shoal-mount@.service
 put 644 packaging/monitoring/alerts.yml usr/share/doc/shoal/monitoring/alerts.yml
 put 644 packaging/monitoring/grafana-dashboard.json usr/share/doc/shoal/monitoring/grafana-dashboard.json

@@ -9,6 +9,8 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 # The chaos test puts nodes in network namespaces (ip netns, veth).
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# The access-log test rotates the log with logrotate itself.
+command -v logrotate >/dev/null 2>&1 || need_apt+=(logrotate)
 # The client matrix runs real S3 clients through a node; mountpoint-s3 needs libfuse2.
 command -v rclone >/dev/null 2>&1 || need_apt+=(rclone)
 command -v s3fs >/dev/null 2>&1 || need_apt+=(s3fs)

@@ -41,6 +41,7 @@ pub mod net;
 pub mod node_proto;
 pub mod notify;
 pub mod route;
+pub mod scope;
 pub mod store;
 
 /// Completes the region chain at a program's start where only the instance

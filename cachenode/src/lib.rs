@@ -7,6 +7,7 @@
 //! all of it from a config, for the binary and for tests. `api` uses `node`, never
 //! the other way round.
 
+pub mod access;
 pub mod api;
 pub mod connections;
 pub mod fanout;
@@ -144,6 +145,11 @@ pub fn build(
         fanout: fanout.clone(),
         writes,
     });
+    let cluster_key = cfg.cluster().and_then(|c| match &c.credentials {
+        shoal::config::CredentialMode::Keys(k) => Some(k.access_key_id.clone()),
+        _ => None,
+    });
+    let mut gate = None;
     let open = match auth {
         AuthConfig::None => {
             tracing::warn!("AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who can reach this node can read what it caches and what the origin credentials allow");
@@ -151,6 +157,13 @@ pub fn build(
         }
         AuthConfig::SigV4 { keys, max_skew } => {
             builder.set_auth(api::auth::NodeAuth::new(keys));
+            access::Policy::log_upgrade(keys, cluster_key.as_deref(), cfg.gateway.writes);
+            let g = api::auth::Gate {
+                policy: Arc::new(access::Policy::new(keys, cluster_key.as_deref())),
+                metrics: node.metrics.clone(),
+            };
+            builder.set_access(g.clone());
+            gate = Some(g);
             // How far a request's signing time may be from ours.
             let mut config = s3s::config::S3Config::default();
             config.presigned_url_max_skew_time_secs =
@@ -166,6 +179,7 @@ pub fn build(
             node: node.clone(),
             fanout: fanout.clone(),
             open,
+            gate: gate.clone(),
         },
         lists: api::ListRoute {
             node: node.clone(),
@@ -188,6 +202,8 @@ pub fn build(
                 fanout: fanout.clone(),
                 domains: node_cfg.domains.clone(),
             }),
+        gate: gate.clone(),
+        domains: node_cfg.domains.clone(),
     });
     if !node_cfg.domains.is_empty() {
         let host = s3s::host::MultiDomain::new(&node_cfg.domains)
@@ -199,6 +215,17 @@ pub fn build(
     if let Some(r) = &reader {
         r.metrics.register(&mut registry);
     }
+    let access_log = match &node_cfg.access_log {
+        Some(path) => {
+            let log = Arc::new(access::log::AccessLog::start(
+                path.clone(),
+                node.metrics.access_log_dropped.clone(),
+            )?);
+            reopen_on_sigusr1(&log)?;
+            Some(log)
+        }
+        None => None,
+    };
     let tls = match &cfg.tls {
         Some(t) => Some(tls::acceptor(&t.cert, &t.key)?),
         None => None,
@@ -210,7 +237,26 @@ pub fn build(
             registry,
             open,
             limits: connections::Limits::of(node_cfg),
+            policy: gate.map(|g| g.policy),
+            access_log,
+            domains: node_cfg.domains.clone(),
         }),
         tls,
     ))
+}
+
+/// logrotate's signal: the access log is opened again by name.
+fn reopen_on_sigusr1(log: &Arc<access::log::AccessLog>) -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sig = signal(SignalKind::user_defined1()).map_err(|e| format!("SIGUSR1: {e}"))?;
+    let log = Arc::downgrade(log);
+    tokio::spawn(async move {
+        while sig.recv().await.is_some() {
+            match log.upgrade() {
+                Some(l) => l.reopen(),
+                None => break,
+            }
+        }
+    });
+    Ok(())
 }

@@ -129,9 +129,42 @@ pub struct Metrics {
     pub metadata_bytes: Gauge,
     pub metadata_capacity_bytes: Gauge,
     pub metadata_evictions: Counter,
+    /// Object answers by what the cache did (their `Cache-Status`).
+    pub cache_status: Family<CacheLabel, Counter>,
+    /// Requests refused before they ran, by key and reason (scope, unsigned,
+    /// requests, bytes).
+    pub refusals: Family<crate::access::RefusalLabel, Counter>,
+    /// Access-log lines dropped because the writer fell behind.
+    pub access_log_dropped: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabel {
+    pub status: &'static str,
 }
 
 impl Metrics {
+    /// One request sent to the origin (or, `cluster_*`, to an owner node), also
+    /// noted on the request it was made for.
+    /// What the cache did for an object answer: counted, and noted on the request.
+    pub fn cache_outcome(&self, o: crate::access::trace::Outcome) {
+        self.cache_status
+            .get_or_create(&CacheLabel { status: o.name() })
+            .inc();
+        crate::access::trace::outcome(o);
+    }
+
+    pub fn origin_request(&self, kind: &'static str) {
+        self.origin_requests
+            .get_or_create(&KindLabel { kind })
+            .inc();
+        if kind.starts_with("cluster") {
+            crate::access::trace::forwarded();
+        } else {
+            crate::access::trace::origin_request();
+        }
+    }
+
     pub fn metadata_request(&self, op: &'static str, result: &'static str) {
         self.metadata_requests
             .get_or_create(&MetadataLabel { op, result })
@@ -227,6 +260,9 @@ impl Metrics {
             "metadata_bytes" => self.metadata_bytes, "Bytes held by the metadata cache";
             "metadata_capacity_bytes" => self.metadata_capacity_bytes, "Bound of the metadata cache";
             "metadata_evictions" => self.metadata_evictions, "Metadata entries evicted for room";
+            "cache_status" => self.cache_status, "Object answers by what the cache did (hit, miss, stale, bypass), as their Cache-Status says";
+            "refusals" => self.refusals, "Requests refused before they ran, by key and reason";
+            "access_log_dropped" => self.access_log_dropped, "Access-log lines dropped for a writer behind";
         );
     }
 }

@@ -19,6 +19,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::access::record::{Recorded, Start};
+use crate::access::trace::{self, Trace};
 use crate::connections::{Activity, Gate, Limits, Watched};
 use crate::metrics::MethodStatus;
 use crate::node::Node;
@@ -34,6 +36,11 @@ pub struct App {
     /// `auth.mode = "none"`: signatures are ignored and everyone may read.
     pub open: bool,
     pub limits: Limits,
+    /// Who may do what, and each key's rates; `None` when authentication is off.
+    pub policy: Option<Arc<crate::access::Policy>>,
+    pub access_log: Option<Arc<crate::access::log::AccessLog>>,
+    /// Base domains of virtual-hosted requests, to name a request's bucket.
+    pub domains: Vec<String>,
 }
 
 pub async fn serve(
@@ -74,7 +81,7 @@ pub async fn serve(
             let metrics = app.node.metrics.clone();
             let served = async {
                 match tls {
-                    None => connection(app, TokioIo::new(io), watcher).await,
+                    None => connection(app, peer, TokioIo::new(io), watcher).await,
                     Some(acceptor) => {
                         // The handshake is the first thing a client sends: it gets
                         // the headers' time.
@@ -94,7 +101,7 @@ pub async fn serve(
                                 return Err(TimedOut);
                             }
                         };
-                        connection(app, TokioIo::new(stream), watcher).await
+                        connection(app, peer, TokioIo::new(stream), watcher).await
                     }
                 }
             };
@@ -124,6 +131,7 @@ struct TimedOut;
 /// Serves HTTP/1.1 on one admitted connection until it closes.
 async fn connection<I>(
     app: Arc<App>,
+    peer: std::net::SocketAddr,
     io: TokioIo<I>,
     watcher: hyper_util::server::graceful::Watcher,
 ) -> Result<(), TimedOut>
@@ -134,7 +142,7 @@ where
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(app.limits.header_read_timeout);
-    let svc = hyper::service::service_fn(move |req| handle(app.clone(), req));
+    let svc = hyper::service::service_fn(move |req| handle(app.clone(), peer, req));
     match watcher.watch(builder.serve_connection(io, svc)).await {
         Err(e) if e.is_timeout() => Err(TimedOut),
         _ => Ok(()),
@@ -159,6 +167,7 @@ fn text(
 
 async fn handle(
     app: Arc<App>,
+    peer: std::net::SocketAddr,
     mut req: Request<Incoming>,
 ) -> Result<Response<RespBody>, Infallible> {
     let method = req.method().clone();
@@ -179,17 +188,7 @@ async fn handle(
             if app.open {
                 strip_signature(&mut req);
             }
-            match hyper::service::Service::call(&app.s3, req).await {
-                Ok(r) => partial_head(&method, r.map(|b| b.boxed_unsync())),
-                Err(e) => {
-                    tracing::error!("S3 service error: {e:?}");
-                    text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "text/plain",
-                        "internal error\n",
-                    )
-                }
-            }
+            s3(&app, peer, req).await
         }
     };
     app.node
@@ -201,6 +200,66 @@ async fn handle(
         })
         .inc();
     Ok(resp)
+}
+
+/// An S3 request, under its trace, recorded (key rates, access log) as its
+/// answer goes out.
+async fn s3(
+    app: &Arc<App>,
+    peer: std::net::SocketAddr,
+    req: Request<Incoming>,
+) -> Response<RespBody> {
+    let method = req.method().clone();
+    let recording = app.access_log.is_some() || app.policy.is_some();
+    let start = recording.then(|| {
+        let (bucket, key) =
+            crate::api::passthrough::address(req.uri(), req.headers(), &app.domains)
+                .unwrap_or_default();
+        Start {
+            at: std::time::Instant::now(),
+            client: peer.to_string(),
+            method: method.as_str().to_owned(),
+            bucket,
+            key,
+            range: req
+                .headers()
+                .get(http::header::RANGE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        }
+    });
+    let trace = Arc::new(Trace::default());
+    let answered = trace::scope(
+        Some(trace.clone()),
+        hyper::service::Service::call(&app.s3, req),
+    )
+    .await;
+    let resp = match answered {
+        Ok(r) => partial_head(&method, r.map(|b| b.boxed_unsync())),
+        Err(e) => {
+            tracing::error!("S3 service error: {e:?}");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                "internal error\n",
+            )
+        }
+    };
+    let Some(start) = start else {
+        return resp;
+    };
+    let status = resp.status().as_u16();
+    resp.map(|b| {
+        Recorded::new(
+            b,
+            trace,
+            app.policy.clone(),
+            app.access_log.clone(),
+            start,
+            status,
+        )
+        .boxed_unsync()
+    })
 }
 
 /// s3s answers every HEAD with 200; S3 answers a HEAD of a range as its GET, 206.

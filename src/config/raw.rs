@@ -148,6 +148,7 @@ pub struct RawNode {
     pub header_read_timeout: Option<Dur>,
     pub idle_timeout: Option<Dur>,
     pub max_connections: Option<usize>,
+    pub access_log: Option<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -172,8 +173,23 @@ pub struct RawMount {
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
     pub mode: Option<String>,
-    pub keys: Option<Vec<RawCredentials>>,
+    pub keys: Option<Vec<RawAuthKey>>,
     pub max_skew: Option<Dur>,
+}
+
+/// One `[[auth.keys]]` entry: a key the node accepts, what it may do, how fast.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthKey {
+    pub access_key_id: Option<String>,
+    pub access_key_id_env: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub secret_access_key_env: Option<String>,
+    pub allow: Option<Vec<String>>,
+    pub max_requests_per_second: Option<f64>,
+    pub max_bytes_per_second: Option<Size>,
+    pub burst_requests: Option<f64>,
+    pub burst_bytes: Option<Size>,
 }
 
 #[derive(Deserialize, Default, Debug)]

@@ -102,7 +102,7 @@ fn secrets_from_env() {
     let AuthConfig::SigV4 { keys, .. } = c.auth().unwrap() else {
         panic!()
     };
-    assert_eq!(keys[0].secret_access_key, "from-env");
+    assert_eq!(keys[0].credentials.secret_access_key, "from-env");
 }
 
 #[test]

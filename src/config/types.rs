@@ -229,6 +229,8 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// Client connections open at once; more are refused (logged once a minute).
     pub max_connections: usize,
+    /// Where one JSON line per request goes (reopened on SIGUSR1).
+    pub access_log: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -277,11 +279,29 @@ impl std::str::FromStr for MetadataSource {
 pub enum AuthConfig {
     /// SigV4 (header or presigned) with one of these keys.
     SigV4 {
-        keys: Vec<Credentials>,
+        keys: Vec<AuthKey>,
         max_skew: Duration,
     },
     /// No authentication: asked for explicitly with `mode = "none"`.
     None,
+}
+
+/// One key a node accepts.
+#[derive(Clone, Debug)]
+pub struct AuthKey {
+    pub credentials: Credentials,
+    /// Its `allow` list; `None` when it has none (read and list everything).
+    pub allow: Option<crate::scope::Scope>,
+    pub limits: KeyLimits,
+}
+
+/// A key's rates: token buckets that refill at the rate and hold the burst.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KeyLimits {
+    /// Requests per second, and how many may come at once.
+    pub requests: Option<(f64, f64)>,
+    /// Response bytes per second, and how many may go at once.
+    pub bytes: Option<(f64, f64)>,
 }
 
 #[derive(Clone, Debug)]

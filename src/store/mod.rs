@@ -14,6 +14,7 @@ mod error;
 pub mod faults;
 pub mod memory;
 pub mod s3;
+pub mod seen;
 mod stall;
 mod types;
 

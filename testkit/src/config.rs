@@ -19,7 +19,8 @@ pub fn origin_section(endpoint: &str, access: &str, secret: &str) -> String {
 }
 
 /// A node's config for `o`: `[node]` on an ephemeral loopback port with
-/// `node_extra` in it, `[auth]` taking [`NODE_KEY`], then `rest` (more sections).
+/// `node_extra` in it, `[auth]` taking [`NODE_KEY`] (allowed everything: tests
+/// purge and write with it), then `rest` (more sections).
 pub fn node_toml(o: &Origin, node_extra: &str, rest: &str) -> String {
     node_section(&origin_toml(o), node_extra, rest)
 }
@@ -28,14 +29,14 @@ pub fn node_toml(o: &Origin, node_extra: &str, rest: &str) -> String {
 pub fn node_section(origin: &str, node_extra: &str, rest: &str) -> String {
     format!(
         "{origin}[node]\nlisten = \"127.0.0.1:0\"\n{node_extra}\n[auth]\n[[auth.keys]]\n\
-         access_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n{rest}\n"
+         access_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\nallow = [\"*:*\"]\n{rest}\n"
     )
 }
 
 /// `toml` (from [`node_toml`]) with authentication off: `auth.mode = "none"`.
 pub fn without_auth(toml: &str) -> String {
     let keys = format!(
-        "[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n"
+        "[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\nallow = [\"*:*\"]\n"
     );
     assert!(toml.contains(&keys), "not a node_toml config:\n{toml}");
     toml.replace(&keys, "[auth]\nmode = \"none\"\n")

@@ -23,12 +23,11 @@ use super::objects::asked_ttl;
 use super::passthrough::{
     address, fetch_whole, forward, passed_headers, query_pairs, respond, signed_or_open,
 };
-use crate::metrics::KindLabel;
 use crate::node::{Listed, Node};
 
 /// The query parameters of a ListObjects request (v1 or v2); a bucket GET with
 /// any other is not a listing and is never cached.
-const LIST_PARAMS: &[&str] = &[
+pub const LIST_PARAMS: &[&str] = &[
     "list-type",
     "prefix",
     "delimiter",
@@ -119,11 +118,7 @@ impl s3s::route::S3Route for ListRoute {
                 return Err(not_cached());
             }
             let kind = if listing { "list" } else { "bucket" };
-            self.node
-                .metrics
-                .origin_requests
-                .get_or_create(&KindLabel { kind })
-                .inc();
+            self.node.metrics.origin_request(kind);
             return forward(&self.origin, &req, &bucket, "").await;
         };
         let passed = passed_headers(&req.headers);
@@ -144,10 +139,7 @@ impl s3s::route::S3Route for ListRoute {
             bucket.clone(),
         );
         let fetch = async move {
-            metrics
-                .origin_requests
-                .get_or_create(&KindLabel { kind: "list" })
-                .inc();
+            metrics.origin_request("list");
             fetch_whole(&origin, &b, query, passed).await
         };
         let (answer, how) = metadata

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
+use crate::access;
 use crate::fanout::Fanout;
 use crate::node::Node;
 use error::{check_key, read_only};
@@ -132,6 +133,32 @@ pub struct Routes {
     pub objects: passthrough::ObjectRoute,
     /// A gateway's writes passed on as asked (copies, bucket writes).
     pub writes: Option<forwarded_writes::WriteRoute>,
+    /// Who may do what; `None` when authentication is off.
+    pub gate: Option<auth::Gate>,
+    /// Base domains of virtual-hosted requests (`bucket.DOMAIN/key`).
+    pub domains: Vec<String>,
+}
+
+impl Routes {
+    /// What a request to one of the routes asks. A purge's targets are checked
+    /// by the purge itself (they may be in its body); here only its rates.
+    fn asks(&self, which: Option<&Matched>, req: &S3Request<s3s::Body>) -> access::Request {
+        let (bucket, key) =
+            passthrough::address(&req.uri, &req.headers, &self.domains).unwrap_or_default();
+        let query = passthrough::query_pairs(&req.uri);
+        match which {
+            Some(Matched::Purge) => access::Request::All(vec![]),
+            Some(Matched::Object) => access::classify::object_read(&bucket, &key, &query),
+            Some(Matched::Write) => {
+                let src = req
+                    .headers
+                    .get("x-amz-copy-source")
+                    .and_then(|v| v.to_str().ok());
+                access::classify::passed_write(&bucket, &key, src)
+            }
+            _ => access::classify::bucket_read(&req.method, &bucket, &query),
+        }
+    }
 }
 
 /// Which route matched, noted on the request between match and call.
@@ -172,12 +199,24 @@ impl s3s::route::S3Route for Routes {
     }
 
     async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
-        match (req.extensions.get::<Matched>(), &self.writes) {
+        let r = match (req.extensions.get::<Matched>(), &self.writes) {
             (Some(Matched::Purge), _) => self.purge.check_access(req).await,
             (Some(Matched::Object), _) => self.objects.check_access(req).await,
             (Some(Matched::Write), Some(w)) => w.check_access(req).await,
             _ => self.lists.check_access(req).await,
+        };
+        if r.is_err() {
+            crate::access::trace::refused("AccessDenied");
         }
+        r?;
+        let Some(gate) = &self.gate else {
+            return Ok(());
+        };
+        let key = req.credentials.as_ref().map(|c| c.access_key.clone());
+        gate.admit(
+            key.as_deref(),
+            &self.asks(req.extensions.get::<Matched>(), req),
+        )
     }
 
     async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {

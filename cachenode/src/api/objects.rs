@@ -8,7 +8,11 @@ use shoal::store::{unquote_etag, ObjectMeta};
 
 use super::error::{check_key, node_error, not_cached};
 use super::NodeApi;
+use crate::access::trace::{self, Outcome};
 use crate::node::Via;
+
+/// RFC 9211's header: what each cache on the way did.
+pub const CACHE_STATUS: &str = "cache-status";
 
 /// The hop count a request carries (`x-shoal-hop`), counted when present, and
 /// how old metadata it accepts.
@@ -252,10 +256,22 @@ pub async fn get(
     {
         return Err(not_cached());
     }
+    let held = cached_only
+        || node
+            .cached(&i.bucket, &i.key, &r.meta, r.start, r.end)
+            .await;
     let body = node
         .read(&i.bucket, &i.key, &r.meta, r.start, r.end, via)
         .await
         .map_err(node_error)?;
+    // Anything asked past this node (the version, the first block) is a miss.
+    let outcome = if trace::was_revalidated() {
+        Outcome::Stale
+    } else if held && !trace::went_out() {
+        Outcome::Hit
+    } else {
+        Outcome::Miss
+    };
     let expires = i
         .response_expires
         .as_ref()
@@ -286,7 +302,24 @@ pub async fn get(
         ..Default::default()
     });
     resp.headers = headers;
+    cache_status(api, &mut resp.headers, outcome);
     Ok(resp)
+}
+
+/// This node's `Cache-Status` entry (RFC 9211), then, on a gateway, the entry of
+/// the owner it forwarded to; counted by outcome as the header says it.
+fn cache_status(api: &NodeApi, h: &mut http::HeaderMap, outcome: Outcome) {
+    api.node.metrics.cache_outcome(outcome);
+    let mut v = outcome.entry(true);
+    // The owner's answer to the first block it was asked for speaks for it.
+    if let Some(owner) = trace::current().and_then(|t| t.upstream.lock().unwrap().first().cloned())
+    {
+        v.push_str(", ");
+        v.push_str(&owner);
+    }
+    if let Ok(v) = http::HeaderValue::from_str(&v) {
+        h.insert(CACHE_STATUS, v);
+    }
 }
 
 pub async fn head(
@@ -327,5 +360,13 @@ pub async fn head(
         ..Default::default()
     });
     resp.headers = stored_headers(&r.meta, &[]);
+    let outcome = if trace::was_revalidated() {
+        Outcome::Stale
+    } else if trace::went_out() {
+        Outcome::Miss
+    } else {
+        Outcome::Hit
+    };
+    cache_status(api, &mut resp.headers, outcome);
     Ok(resp)
 }

@@ -14,6 +14,7 @@ use shoal::store::s3::S3Client;
 use shoal::store::ObjectStore;
 
 use super::error::store_error;
+use crate::access::trace::Outcome;
 use crate::node::{Answer, Node, SyncStream};
 
 /// Client headers that change what the origin answers, passed on with a request.
@@ -283,7 +284,14 @@ impl s3s::route::S3Route for ObjectRoute {
             return Err(super::error::not_cached());
         }
         self.node.metrics.uncached_requests.inc();
+        self.node.metrics.origin_request("object");
         let (bucket, key) = self.object(&req.uri, &req.headers).unwrap_or_default();
-        forward(&self.origin, &req, &bucket, &key).await
+        let mut resp = forward(&self.origin, &req, &bucket, &key).await?;
+        self.node.metrics.cache_outcome(Outcome::Bypass);
+        resp.headers.insert(
+            super::objects::CACHE_STATUS,
+            http::HeaderValue::from_static("shoal; fwd=bypass"),
+        );
+        Ok(resp)
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use shoal::node_proto::Purge;
 
+use crate::access::classify;
 use crate::fanout::Fanout;
 use crate::node::Node;
 
@@ -14,6 +15,8 @@ pub struct PurgeRoute {
     pub node: Arc<Node>,
     pub fanout: Option<Arc<Fanout>>,
     pub open: bool,
+    /// Who may purge what; `None` when authentication is off.
+    pub gate: Option<super::auth::Gate>,
 }
 
 /// Most bytes of a batch purge body.
@@ -87,6 +90,10 @@ impl s3s::route::S3Route for PurgeRoute {
                 ))
             }
         };
+        if let Some(gate) = &self.gate {
+            let key = req.credentials.as_ref().map(|c| c.access_key.as_str());
+            gate.check(key, &classify::purge(&bucket, &targets, local))?;
+        }
         let mut n = 0;
         for t in &targets {
             n += self

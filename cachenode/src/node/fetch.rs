@@ -16,7 +16,7 @@ use shoal::store::{
 };
 
 use super::{NodeError, Via};
-use crate::metrics::{self, KindLabel, Metrics};
+use crate::metrics::{self, Metrics};
 
 /// Where a gateway sends its misses.
 pub struct Upstream {
@@ -70,10 +70,7 @@ impl BodySink for IntoBlock<'_> {
     type Error = NodeError;
 
     fn request(&mut self) {
-        self.metrics
-            .origin_requests
-            .get_or_create(&KindLabel { kind: "block" })
-            .inc();
+        self.metrics.origin_request("block");
     }
 
     fn begin(&mut self, meta: &ObjectMeta, start: u64, end: u64) -> Result<(), NodeError> {
@@ -188,7 +185,12 @@ impl Source {
             .reader
             .open_forwarded(&bk.bucket, &bk.key, Some(meta.clone()), None, via.hop)
             .await?;
-        let data = h.read(bk.start(), bk.block_size).await?;
+        let (data, seen) =
+            shoal::store::seen::cache_statuses(h.read(bk.start(), bk.block_size)).await;
+        let data = data?;
+        if let Some(owner) = seen.first() {
+            crate::access::trace::upstream(owner);
+        }
         let want = (bk.start() + bk.block_size)
             .min(meta.size)
             .saturating_sub(bk.start());
@@ -216,10 +218,7 @@ impl Source {
     ) -> Option<GetResponse> {
         let mut req = GetObject::new(bucket, key).if_match(&meta.etag);
         req.range = Some(ByteRange::span(start, end));
-        self.metrics
-            .origin_requests
-            .get_or_create(&KindLabel { kind: "range" })
-            .inc();
+        self.metrics.origin_request("range");
         match self.origin.get_range(&req).await {
             Ok(r) if r.meta.etag == meta.etag && r.start == start && r.end == end => Some(r),
             Ok(_) => None,

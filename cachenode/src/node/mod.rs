@@ -186,7 +186,8 @@ impl Node {
         let policy = self.policy(bucket, key);
         let trusted = self.trusted(via);
         let counted = !reading && via.accept.is_some();
-        if let Some((meta, age)) = self.known_fresh(bucket, key, &policy).await {
+        let known = self.known_fresh(bucket, key, &policy).await;
+        if let Some((meta, age)) = known.clone() {
             match if_match {
                 // A version is immutable: a known ETag needs no revalidation.
                 Some(e) if e == meta.etag => return Ok(meta),
@@ -203,12 +204,11 @@ impl Node {
             self.metrics.metadata_request("head", "miss");
         }
         let forward = self.source.forwards(via, bucket, key, 0);
+        if known.is_some() {
+            crate::access::trace::revalidated();
+        }
         self.metrics
-            .origin_requests
-            .get_or_create(&KindLabel {
-                kind: if forward { "cluster_head" } else { "head" },
-            })
-            .inc();
+            .origin_request(if forward { "cluster_head" } else { "head" });
         let asked = match (forward, reading) {
             (false, _) => Asked::Origin,
             (true, true) => Asked::OwnerBlock,

@@ -97,9 +97,12 @@ impl Node {
         let forward = self.source.forwards(via, bucket, key, index * bs);
         let fill = self.policy(bucket, key).cache;
         let (source, meta, bk2) = (self.source.clone(), meta.clone(), bk.clone());
+        // A fetch started for a request is that request's, wherever it runs.
+        let asker = crate::access::trace::current();
         self.tiers
             .open(bk, forward, fill, move |g| async move {
-                source.fetch(&bk2, &meta, forward, via, &g).await
+                crate::access::trace::scope(asker, source.fetch(&bk2, &meta, forward, via, &g))
+                    .await
             })
             .await
     }

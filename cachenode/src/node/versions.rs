@@ -129,22 +129,28 @@ impl Versions {
         );
         let question = (b.clone(), k.clone(), m.clone(), asked);
         let source = source.clone();
-        let ask = async move {
-            match (asked, &source.upstream) {
-                // The owner of block 0 knows the version (and keeps block 0).
-                (Asked::OwnerBlock, Some(up)) => Ok(up
-                    .reader
-                    .open_forwarded(&b, &k, None, m.as_deref(), via.hop)
-                    .await?
-                    .meta()
-                    .clone()),
-                (Asked::OwnerHead, Some(up)) => Ok(up
-                    .reader
-                    .head_forwarded(&b, &k, m.as_deref(), via.hop)
-                    .await?),
-                _ => source.head(&b, &k, m).await,
-            }
-        };
+        let ask =
+            async move {
+                match (asked, &source.upstream) {
+                    // The owner of block 0 knows the version (and keeps block 0).
+                    (Asked::OwnerBlock, Some(up)) => {
+                        let (h, seen) = shoal::store::seen::cache_statuses(
+                            up.reader
+                                .open_forwarded(&b, &k, None, m.as_deref(), via.hop),
+                        )
+                        .await;
+                        if let Some(owner) = seen.first() {
+                            crate::access::trace::upstream(owner);
+                        }
+                        Ok(h?.meta().clone())
+                    }
+                    (Asked::OwnerHead, Some(up)) => Ok(up
+                        .reader
+                        .head_forwarded(&b, &k, m.as_deref(), via.hop)
+                        .await?),
+                    _ => source.head(&b, &k, m).await,
+                }
+            };
         let meta = self.questions.run(question, ask).await.0?;
         self.remember(bucket, key, &meta);
         Ok(meta)

@@ -16,4 +16,5 @@ mod hostile_clients;
 mod metadata;
 mod node;
 mod process;
+mod scopes;
 mod security;

@@ -2,10 +2,12 @@
 
 use std::path::PathBuf;
 
-use crate::config::raw::{RawAuth, RawCache, RawNode, RawTls};
+use crate::config::raw::{RawAuth, RawAuthKey, RawCache, RawCredentials, RawNode, RawTls};
 use crate::config::{
-    canonical_node_id, defaults, AuthConfig, CacheConfig, CredentialMode, NodeConfig, TlsConfig,
+    canonical_node_id, defaults, AuthConfig, AuthKey, CacheConfig, CredentialMode, KeyLimits,
+    NodeConfig, TlsConfig,
 };
+use crate::scope::Scope;
 
 use super::{Validator, R};
 
@@ -50,6 +52,12 @@ impl Validator<'_> {
                     return Err(self.err("node.max_connections", format!("{m} is above 1048576")))
                 }
                 m => m.unwrap_or(defaults::MAX_CONNECTIONS),
+            },
+            access_log: match n.access_log {
+                Some(p) if p.trim().is_empty() => {
+                    return Err(self.err("node.access_log", "is empty: name a file"))
+                }
+                p => p.map(PathBuf::from),
             },
         })
     }
@@ -106,19 +114,20 @@ impl Validator<'_> {
                     ));
                 }
                 let mut keys = Vec::new();
-                for (i, k) in raw_keys.iter().enumerate() {
+                for (i, k) in raw_keys.into_iter().enumerate() {
                     let section = format!("auth.keys[{i}]");
-                    if k.anonymous.is_some() || k.profile.is_some() {
-                        return Err(self.err(section, "an accepted key takes access_key_id and secret_access_key (or their _env forms) only"));
+                    let key = self.auth_key(&section, k)?;
+                    let id = &key.credentials.access_key_id;
+                    if keys
+                        .iter()
+                        .any(|k: &AuthKey| k.credentials.access_key_id == *id)
+                    {
+                        return Err(self.err(
+                            format!("{section}.access_key_id"),
+                            format!("{id:?} is listed twice"),
+                        ));
                     }
-                    match self.credentials(&section, k, false)? {
-                        Some(CredentialMode::Keys(c)) => keys.push(c),
-                        _ => {
-                            return Err(
-                                self.err(section, "needs access_key_id and secret_access_key")
-                            )
-                        }
-                    }
+                    keys.push(key);
                 }
                 Ok(AuthConfig::SigV4 {
                     keys,
@@ -130,6 +139,64 @@ impl Validator<'_> {
                 format!("{other:?} is not \"sigv4\" or \"none\""),
             )),
         }
+    }
+
+    /// One accepted key: its secret, its `allow` list, its limits.
+    fn auth_key(&self, section: &str, k: RawAuthKey) -> R<AuthKey> {
+        let raw = RawCredentials {
+            access_key_id: k.access_key_id,
+            access_key_id_env: k.access_key_id_env,
+            secret_access_key: k.secret_access_key,
+            secret_access_key_env: k.secret_access_key_env,
+            ..Default::default()
+        };
+        let credentials = match self.credentials(section, &raw, false)? {
+            Some(CredentialMode::Keys(c)) => c,
+            _ => return Err(self.err(section, "needs access_key_id and secret_access_key")),
+        };
+        let allow = match k.allow {
+            None => None,
+            Some(entries) => Some(
+                Scope::parse(&entries)
+                    .map_err(|(i, m)| self.err(format!("{section}.allow[{i}]"), m))?,
+            ),
+        };
+        let rate = |key: &str, v: Option<f64>| -> R<Option<f64>> {
+            match v {
+                Some(r) if !(r.is_finite() && r > 0.0) => Err(self.err(
+                    format!("{section}.{key}"),
+                    format!("{r} is not a rate above zero"),
+                )),
+                v => Ok(v),
+            }
+        };
+        let rps = rate("max_requests_per_second", k.max_requests_per_second)?;
+        let bps = rate(
+            "max_bytes_per_second",
+            k.max_bytes_per_second.map(|s| s.0 as f64),
+        )?;
+        let burst_requests = rate("burst_requests", k.burst_requests)?;
+        let burst_bytes = rate("burst_bytes", k.burst_bytes.map(|s| s.0 as f64))?;
+        let pair =
+            |limit: Option<f64>, burst: Option<f64>, key: &str, floor: f64| match (limit, burst) {
+                (None, Some(_)) => Err(self.err(
+                    format!("{section}.burst_{key}"),
+                    format!("a burst needs max_{key}_per_second beside it"),
+                )),
+                // A second's worth by default, and never less than one request or
+                // one block's answer.
+                (Some(l), b) => Ok(Some((l, b.unwrap_or(l).max(floor)))),
+                (None, None) => Ok(None),
+            };
+        let limits = KeyLimits {
+            requests: pair(rps, burst_requests, "requests", 1.0)?,
+            bytes: pair(bps, burst_bytes, "bytes", 0.0)?,
+        };
+        Ok(AuthKey {
+            credentials,
+            allow,
+            limits,
+        })
     }
 
     pub(super) fn tls(&self, t: RawTls) -> R<TlsConfig> {

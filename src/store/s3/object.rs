@@ -13,6 +13,7 @@ impl S3Client {
     pub async fn head_object(&self, req: &GetObject) -> Result<ObjectMeta, StoreError> {
         let call = self.object_call(Method::HEAD, req)?;
         let resp = self.execute(call).await?;
+        crate::store::seen::saw(resp.headers());
         self.meta_from_headers(resp.headers()).map(|(m, _, _)| m)
     }
 
@@ -20,6 +21,7 @@ impl S3Client {
     pub async fn get_object(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
         let call = self.object_call(Method::GET, req)?;
         let resp = self.execute(call).await?;
+        crate::store::seen::saw(resp.headers());
         let (meta, start, end) = self.meta_from_headers(resp.headers())?;
         let body = body_stream(
             resp,
