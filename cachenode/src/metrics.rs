@@ -134,8 +134,15 @@ pub struct Metrics {
     /// Requests refused before they ran, by key and reason (scope, unsigned,
     /// requests, bytes).
     pub refusals: Family<crate::access::RefusalLabel, Counter>,
+    /// Requests admitted, by the key they were signed with.
+    pub key_requests: Family<KeyLabel, Counter>,
     /// Access-log lines dropped because the writer fell behind.
     pub access_log_dropped: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabel {
+    pub key: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -261,6 +268,7 @@ impl Metrics {
             "metadata_capacity_bytes" => self.metadata_capacity_bytes, "Bound of the metadata cache";
             "metadata_evictions" => self.metadata_evictions, "Metadata entries evicted for room";
             "cache_status" => self.cache_status, "Object answers by what the cache did (hit, miss, stale, bypass), as their Cache-Status says";
+            "key_requests" => self.key_requests, "Requests admitted, by the key they were signed with";
             "refusals" => self.refusals, "Requests refused before they ran, by key and reason";
             "access_log_dropped" => self.access_log_dropped, "Access-log lines dropped for a writer behind";
         );

@@ -63,8 +63,9 @@ where
                 None => {
                     let map_ref = self.inflight.clone();
                     let k2 = key.clone();
+                    let watcher = crate::store::seen::watcher();
                     let task = tokio::spawn(async move {
-                        let r = fetch.await;
+                        let r = crate::store::seen::watched(watcher, fetch).await;
                         map_ref.lock().unwrap().remove(&k2);
                         r
                     });

@@ -167,7 +167,9 @@ where
             g.finish(Ok(()));
             return Block::Held(b, Served::Ram);
         }
-        let run = fetch(g.clone());
+        // Whoever started the fetch sees the answers it gets (a gateway, its
+        // owner's Cache-Status).
+        let run = crate::store::seen::watched(crate::store::seen::watcher(), fetch(g.clone()));
         let landing = Landing {
             id: Some(id),
             growing: g.clone(),

@@ -30,3 +30,17 @@ pub(crate) fn saw(h: &http::HeaderMap) {
         }
     });
 }
+
+/// Who is watching the current task, to carry into a task it starts for the
+/// same work (a block's fetch, run apart so that every asker shares it).
+pub fn watcher() -> Option<Arc<Mutex<Vec<String>>>> {
+    SEEN.try_with(Arc::clone).ok()
+}
+
+/// Runs `f` watched by `w` (from [`watcher`]), if anyone was watching.
+pub async fn watched<F: Future>(w: Option<Arc<Mutex<Vec<String>>>>, f: F) -> F::Output {
+    match w {
+        Some(w) => SEEN.scope(w, f).await,
+        None => f.await,
+    }
+}

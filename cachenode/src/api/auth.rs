@@ -57,7 +57,14 @@ impl Gate {
         if let Some(k) = key {
             trace::signed_by(k);
         }
-        self.answer(key, self.policy.admit(key, req))
+        let r = self.policy.admit(key, req);
+        if let (Ok(()), Some(k)) = (&r, key) {
+            self.metrics
+                .key_requests
+                .get_or_create(&crate::metrics::KeyLabel { key: k.to_owned() })
+                .inc();
+        }
+        self.answer(key, r)
     }
 
     /// Scope alone (the rest of a request already admitted).

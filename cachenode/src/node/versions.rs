@@ -151,6 +151,8 @@ impl Versions {
                     _ => source.head(&b, &k, m).await,
                 }
             };
+        // The question is its asker's, wherever it runs.
+        let ask = crate::access::trace::scope(crate::access::trace::current(), ask);
         let meta = self.questions.run(question, ask).await.0?;
         self.remember(bucket, key, &meta);
         Ok(meta)

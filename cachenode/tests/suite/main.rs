@@ -2,6 +2,7 @@
 
 mod common;
 
+mod access;
 mod aws_network;
 mod boto3;
 mod clients;

@@ -261,7 +261,6 @@ async fn cache_content(addr: std::net::SocketAddr) -> (u64, u64) {
 async fn settled_content(addr: std::net::SocketAddr) -> (u64, u64) {
     let last = std::sync::Mutex::new(cache_content(addr).await);
     wait_for_value("the cache to settle", Duration::from_secs(10), || async {
-        tokio::time::sleep(Duration::from_millis(20)).await;
         let now = cache_content(addr).await;
         let same = now == std::mem::replace(&mut *last.lock().unwrap(), now);
         same.then_some(now)
