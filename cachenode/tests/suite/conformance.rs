@@ -6,8 +6,10 @@
 //! (decoded listing keys, an untruncated `max-keys=0`, auth error codes).
 //!
 //! What a cache node must not copy, and is not compared: per-request headers
-//! (`x-amz-request-id`, `x-amz-id-2`, `Date`, `Server`, `Connection`), and the
-//! message, request id and host id inside an error body (the code is compared).
+//! (`x-amz-request-id`, `x-amz-id-2`, `Date`, `Server`, `Connection`), the
+//! cache's own `Cache-Status` (checked to be there on every object answer a
+//! node gives), and the message, request id and host id inside an error body
+//! (the code is compared).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -281,6 +283,18 @@ fn differences(a: &Answer, b: &Answer, method: &Method) -> Vec<String> {
         if !same_header(h, x, y) {
             out.push(format!("{h}: {x:?} vs {y:?}"));
         }
+    }
+    // An object answer says what the cache did; the origin's never does.
+    if a.headers.contains_key("etag")
+        && !b
+            .headers
+            .get("cache-status")
+            .is_some_and(|v| v.starts_with("shoal; "))
+    {
+        out.push(format!(
+            "no Cache-Status: {:?}",
+            b.headers.get("cache-status")
+        ));
     }
     if *method == Method::GET && a.body != b.body {
         out.push(format!(

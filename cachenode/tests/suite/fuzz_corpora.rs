@@ -62,3 +62,13 @@ fn request() {
 fn sigv4() {
     replay("sigv4", entries::sigv4);
 }
+
+#[test]
+fn scope() {
+    replay("scope", entries::scope);
+}
+
+#[test]
+fn policy() {
+    replay("policy", entries::policy);
+}

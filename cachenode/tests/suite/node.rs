@@ -258,7 +258,7 @@ async fn auth_none_must_be_asked_for_and_then_serves_anyone() {
     assert_eq!(got, data(10, 4));
     // Without an [auth] section the node refuses to start.
     let no_auth = node_toml(&origin, "", "").replace(
-        &format!("[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\""),
+        &format!("[auth]\n[[auth.keys]]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\nallow = [\"*:*\"]"),
         "",
     );
     let err = shoal_node::build(&parse(&no_auth), None).err().unwrap();
