@@ -630,3 +630,89 @@ fn aws_endpoints_follow_the_region_and_switches() {
     assert!(o.aws.is_some_and(|a| a.overridden));
     assert_eq!(o.addressing, Addressing::Path);
 }
+
+fn with_key(extra: &str) -> String {
+    format!("{ORIGIN}[auth]\n[[auth.keys]]\naccess_key_id = \"k\"\nsecret_access_key = \"s\"\n{extra}\n")
+}
+
+fn auth_of(text: &str) -> Vec<AuthKey> {
+    let c = parse(text).unwrap();
+    let AuthConfig::SigV4 { keys, .. } = c.auth().unwrap() else {
+        panic!()
+    };
+    keys.clone()
+}
+
+#[test]
+fn key_scopes_and_limits() {
+    let keys = auth_of(&with_key(
+        "allow = [\"read:a/p/*\", \"purge:*\"]\nmax_requests_per_second = 50\nmax_bytes_per_second = \"10MiB\"\nburst_bytes = \"1MiB\"",
+    ));
+    let k = &keys[0];
+    assert_eq!(k.allow.as_ref().unwrap().to_string(), "read:a/p/*, purge:*");
+    assert_eq!(k.limits.requests, Some((50.0, 50.0)));
+    assert_eq!(k.limits.bytes, Some((10.0 * 1048576.0, 1048576.0)));
+    let plain = &auth_of(&with_key(""))[0];
+    assert!(plain.allow.is_none());
+    assert_eq!(plain.limits, KeyLimits::default());
+    // A fractional rate still lets one request through at once.
+    let slow = &auth_of(&with_key("max_requests_per_second = 0.5"))[0];
+    assert_eq!(slow.limits.requests, Some((0.5, 1.0)));
+}
+
+#[test]
+fn bad_scopes_and_limits_name_their_entry() {
+    refused(
+        &with_key("allow = [\"read:a\", \"fetch:a\"]"),
+        "auth.keys[0].allow[1]",
+        "not an action",
+    );
+    refused(
+        &with_key("allow = [\"read:a/p\"]"),
+        "auth.keys[0].allow[0]",
+        "BUCKET/PREFIX*",
+    );
+    refused(
+        &with_key("allow = [\"read\"]"),
+        "auth.keys[0].allow[0]",
+        "ACTION:RESOURCE",
+    );
+    refused(
+        &with_key("allow = [\"read:*/x*\"]"),
+        "auth.keys[0].allow[0]",
+        "bucket name",
+    );
+    refused(
+        &with_key("max_requests_per_second = 0"),
+        "auth.keys[0].max_requests_per_second",
+        "above zero",
+    );
+    refused(
+        &with_key("max_requests_per_second = -3"),
+        "auth.keys[0].max_requests_per_second",
+        "above zero",
+    );
+    refused(
+        &with_key("burst_requests = 10"),
+        "auth.keys[0].burst_requests",
+        "max_requests_per_second",
+    );
+    refused(
+        &with_key("max_bytes_per_second = \"lots\""),
+        "auth.keys[0].max_bytes_per_second",
+        "size",
+    );
+    refused(
+        &format!(
+            "{}[[auth.keys]]\naccess_key_id = \"k\"\nsecret_access_key = \"t\"\n",
+            with_key("")
+        ),
+        "auth.keys[1].access_key_id",
+        "listed twice",
+    );
+    refused(
+        &format!("{ORIGIN}[node]\naccess_log = \" \"\n[auth]\nmode = \"none\"\n"),
+        "node.access_log",
+        "empty",
+    );
+}

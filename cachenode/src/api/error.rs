@@ -95,6 +95,30 @@ pub fn check_key(key: &str) -> s3s::S3Result<()> {
     }
 }
 
+/// A request the node's policy refused before it ran, as S3 answers it: out of
+/// scope or unsigned is 403 `AccessDenied`, over a rate is 503 `SlowDown` (which
+/// SDKs retry with back-off).
+pub fn refusal(e: &crate::access::Refusal) -> s3s::S3Error {
+    use crate::access::Refusal;
+    let (code, message) = match e {
+        Refusal::Anonymous => (S3ErrorCode::AccessDenied, "Access Denied".to_owned()),
+        Refusal::OutOfScope { .. } => (S3ErrorCode::AccessDenied, format!("Access Denied: {e}")),
+        Refusal::OverLimit { .. } => (
+            S3ErrorCode::SlowDown,
+            format!("Please reduce your request rate: {e}"),
+        ),
+    };
+    s3s::S3Error::with_message(code, message)
+}
+
+/// The S3 code of a refusal, for the access log.
+pub fn refusal_code(e: &crate::access::Refusal) -> &'static str {
+    match e {
+        crate::access::Refusal::OverLimit { .. } => "SlowDown",
+        _ => "AccessDenied",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,29 +150,5 @@ mod tests {
         assert_eq!(e.status_code(), Some(http::StatusCode::PRECONDITION_FAILED));
         let e = node_error(NodeError::WaitedTooLong(std::time::Duration::from_secs(1)));
         assert_eq!(e.status_code(), Some(http::StatusCode::SERVICE_UNAVAILABLE));
-    }
-}
-
-/// A request the node's policy refused before it ran, as S3 answers it: out of
-/// scope or unsigned is 403 `AccessDenied`, over a rate is 503 `SlowDown` (which
-/// SDKs retry with back-off).
-pub fn refusal(e: &crate::access::Refusal) -> s3s::S3Error {
-    use crate::access::Refusal;
-    let (code, message) = match e {
-        Refusal::Anonymous => (S3ErrorCode::AccessDenied, "Access Denied".to_owned()),
-        Refusal::OutOfScope { .. } => (S3ErrorCode::AccessDenied, format!("Access Denied: {e}")),
-        Refusal::OverLimit { .. } => (
-            S3ErrorCode::SlowDown,
-            format!("Please reduce your request rate: {e}"),
-        ),
-    };
-    s3s::S3Error::with_message(code, message)
-}
-
-/// The S3 code of a refusal, for the access log.
-pub fn refusal_code(e: &crate::access::Refusal) -> &'static str {
-    match e {
-        crate::access::Refusal::OverLimit { .. } => "SlowDown",
-        _ => "AccessDenied",
     }
 }

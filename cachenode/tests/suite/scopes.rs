@@ -295,8 +295,9 @@ async fn run_matrix(o: &Origin, addr: std::net::SocketAddr, log: &std::path::Pat
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let (mut refused, mut allowed) = (0, 0);
-    let mut logged = log_lines(log).len();
+    let first_line = log_lines(log).len();
     for (i, c) in cases.iter().enumerate() {
+        let logged = first_line + i;
         let what = format!("case {i}: {} {} {}/{}", c.key, c.op, c.bucket, c.name);
         let ready = lines.next().expect("python ended early").unwrap();
         assert_eq!(ready, format!("READY {i}"));
@@ -337,7 +338,6 @@ async fn run_matrix(o: &Origin, addr: std::net::SocketAddr, log: &std::path::Pat
             },
         )
         .await;
-        logged += 1;
         assert_eq!(line["access_key"], c.key.as_str(), "{what}: {line}");
         assert_eq!(line["status"], status, "{what}: {line}");
         assert_eq!(line["bucket"], c.bucket, "{what}: {line}");
@@ -498,5 +498,28 @@ async fn the_aws_cli_within_and_outside_its_scope() {
         ))
         .await;
         assert_eq!(code.trim(), want, "presigned {path}");
+    }
+}
+
+/// A config that granted writes and purges to every key before scopes: the node
+/// says at start, one line a key, which keys no longer have them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_lost_write_and_purge_are_named_at_start() {
+    let o = scope_origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(
+        dir.path(),
+        "n",
+        &scoped_toml(&o, "", "[gateway]\nwrites = true\n"),
+    );
+    // Every key of the test section but the eight with an allow list.
+    let lines = node.log_lines("has no allow list");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for id in ["plain", CLUSTER_KEY] {
+        let l = lines
+            .iter()
+            .find(|l| l.contains(&format!("auth key {id} ")))
+            .unwrap_or_else(|| panic!("{id}: {lines:?}"));
+        assert!(l.contains("no longer purge or write"), "{l}");
     }
 }
