@@ -40,6 +40,8 @@ check "shoal-csi --version" bash -c 'shoal-csi --version | grep -q "^shoal-csi "
 check "example configs under /etc/shoal" test -f /etc/shoal/node.toml -a -f /etc/shoal/mount.toml
 check "system user and cache dir" bash -c 'getent passwd shoal && [ "$(stat -c %U /var/cache/shoal)" = shoal ]'
 check "mount helper installed" test -x /sbin/mount.fuse.shoal
+check "logrotate takes the access log's snippet" sh -c \
+  'test -d /var/log/shoal && logrotate -d /etc/logrotate.d/shoal-node 2>&1 | grep -q "rotating pattern: /var/log/shoal/access.log"'
 check "systemd-analyze verify shoal-node.service" systemd-analyze verify /lib/systemd/system/shoal-node.service
 cp /lib/systemd/system/shoal-mount@.service "$work/shoal-mount@data.service"
 check "systemd-analyze verify shoal-mount@.service" systemd-analyze verify "$work/shoal-mount@data.service"

@@ -155,7 +155,9 @@ impl NodeApi {
             (None, None) => false,
         };
         if unmodified {
-            return Err(not_modified(&meta));
+            let mut status = http::HeaderMap::new();
+            cache_status(self, &mut status, outcome_of_head());
+            return Err(not_modified(&meta, status));
         }
         let (start, end, content_range) = match range {
             None => (0, meta.size, None),
@@ -175,9 +177,8 @@ impl NodeApi {
 
 /// A 304 carries the validators and the caching headers a 200 would have
 /// carried (RFC 9110 15.4.5), as S3 sends them: clients read the ETag of a 304.
-fn not_modified(meta: &ObjectMeta) -> s3s::S3Error {
+fn not_modified(meta: &ObjectMeta, mut h: http::HeaderMap) -> s3s::S3Error {
     let mut e = s3_error!(NotModified);
-    let mut h = http::HeaderMap::new();
     if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", meta.etag)) {
         h.insert(http::header::ETAG, v);
     }
@@ -306,6 +307,17 @@ pub async fn get(
     Ok(resp)
 }
 
+/// What the cache did for an answer about the version alone (a HEAD, a 304).
+fn outcome_of_head() -> Outcome {
+    if trace::was_revalidated() {
+        Outcome::Stale
+    } else if trace::went_out() {
+        Outcome::Miss
+    } else {
+        Outcome::Hit
+    }
+}
+
 /// This node's `Cache-Status` entry (RFC 9211), then, on a gateway, the entry of
 /// the owner it forwarded to; counted by outcome as the header says it.
 fn cache_status(api: &NodeApi, h: &mut http::HeaderMap, outcome: Outcome) {
@@ -360,13 +372,6 @@ pub async fn head(
         ..Default::default()
     });
     resp.headers = stored_headers(&r.meta, &[]);
-    let outcome = if trace::was_revalidated() {
-        Outcome::Stale
-    } else if trace::went_out() {
-        Outcome::Miss
-    } else {
-        Outcome::Hit
-    };
-    cache_status(api, &mut resp.headers, outcome);
+    cache_status(api, &mut resp.headers, outcome_of_head());
     Ok(resp)
 }

@@ -321,10 +321,7 @@ async fn cache_status_says_what_the_cache_did() {
         )
     };
     let owner = start_node_on(
-        &parse(&toml(
-            "revalidate_after = \"200ms\"",
-            &cluster_of(&owner_addr),
-        )),
+        &parse(&toml("revalidate_after = \"1s\"", &cluster_of(&owner_addr))),
         owner_l,
     )
     .await;
@@ -346,9 +343,23 @@ async fn cache_status_says_what_the_cache_did() {
     assert_eq!(status(n, "obj", false).await, "shoal; fwd=miss; stored");
     assert_eq!(status(n, "obj", false).await, "shoal; hit");
     assert_eq!(status(n, "obj", true).await, "shoal; hit");
+    // A 304 says it too.
+    let etag = reqwest::get(format!("http://{n}/{A}/obj"))
+        .await
+        .unwrap()
+        .headers()["etag"]
+        .clone();
+    let not_modified = reqwest::Client::new()
+        .get(format!("http://{n}/{A}/obj"))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_modified.status(), 304);
+    assert_eq!(not_modified.headers()["cache-status"], "shoal; hit");
     let known = Instant::now();
     wait_until("revalidate_after to pass", Duration::from_secs(5), || {
-        known.elapsed() > Duration::from_millis(250)
+        known.elapsed() > Duration::from_millis(1100)
     });
     assert_eq!(status(n, "obj", false).await, "shoal; fwd=stale; stored");
     assert_eq!(status(n, "obj", false).await, "shoal; hit");
