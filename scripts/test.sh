@@ -49,6 +49,10 @@ phase "cargo clippy"
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
 phase "cargo test"
 cargo test --release --workspace --locked
+# A test that compares one key's latencies with another key hammering beside it,
+# on its own so that no other test's load is in its numbers.
+phase "per-key limits, alone"
+cargo test --release -p shoal-node --test suite --locked -- --ignored a_key_over_its_rate
 # mountpoint-s3 cannot be installed from a registry: its leg of the client
 # matrix runs where a build of it is at hand, and says so where none is.
 mount_s3=${SHOAL_MOUNT_S3:-../shared/peers/mount-s3}

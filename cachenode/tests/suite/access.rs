@@ -25,7 +25,7 @@ fn limited_toml(o: &shoal_testorigin::Origin, node_extra: &str) -> String {
         key_entry("hammer", "max_requests_per_second = 2\nburst_requests = 2"),
         key_entry(
             "sipper",
-            "max_bytes_per_second = \"1MiB\"\nburst_bytes = \"256KiB\""
+            "max_bytes_per_second = \"256KiB\"\nburst_bytes = \"16KiB\""
         ),
     )
 }
@@ -75,7 +75,9 @@ async fn median_read(c: &shoal::store::s3::S3Client, key: &str, n: usize) -> Dur
     v[n / 2]
 }
 
+// It compares latencies, so `scripts/test.sh` runs it on its own, after the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run alone by scripts/test.sh (it compares latencies)"]
 async fn a_key_over_its_rate_gets_slowdown_and_the_others_do_not_wait() {
     let o = scope_origin().await;
     o.put(A, "small", data(1000, 1));
@@ -196,15 +198,16 @@ async fn a_key_over_its_byte_rate_waits_out_its_debt() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // At most the debt (768 KiB at 1 MiB/s) less what the first answer's own
-    // sending took, however loaded the machine.
+    // At most the debt (1 MiB less the 16 KiB burst, at 256 KiB/s: four seconds,
+    // long enough for the second request to meet it however loaded the machine)
+    // less what the answers' own sending and the asking took.
     let paid: f64 = stdout
         .trim()
         .trim_start_matches("paid after ")
         .trim_end_matches(" s")
         .parse()
         .unwrap();
-    assert!(paid < 3.0, "{stdout}");
+    assert!(paid < 8.0, "{stdout}");
 }
 
 fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
