@@ -52,13 +52,14 @@ cargo test --release --workspace --locked
 # A test that compares one key's latencies with another key hammering beside it,
 # on its own so that no other test's load is in its numbers.
 phase "per-key limits, alone"
-cargo test --release -p shoal-node --test suite --locked -- --ignored a_key_over_its_rate
+# (--workspace: the build above serves it; one package alone would build anew.)
+cargo test --release --workspace --locked -- --ignored a_key_over_its_rate
 # mountpoint-s3 cannot be installed from a registry: its leg of the client
 # matrix runs where a build of it is at hand, and says so where none is.
 mount_s3=${SHOAL_MOUNT_S3:-../shared/peers/mount-s3}
 if [ -x "$mount_s3" ]; then
   phase "mountpoint-s3 leg of the client matrix ($mount_s3)"
-  SHOAL_MOUNT_S3=$(realpath "$mount_s3") cargo test --release -p shoal-node --test suite --locked -- --ignored mountpoint_s3
+  SHOAL_MOUNT_S3=$(realpath "$mount_s3") cargo test --release --workspace --locked -- --ignored mountpoint_s3
 else
   echo "== mountpoint-s3 leg of the client matrix NOT run: no build at $mount_s3 (set SHOAL_MOUNT_S3)"
 fi
