@@ -4,6 +4,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$root/target/release"
 work=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 pids=()
+node_pids=()
 mounts=()
 cleanup() {
   for m in "${mounts[@]}"; do fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null || true; done
@@ -33,7 +34,7 @@ wait_file() {
 # as its fault mode); sets $origin (host:port).
 start_origin() {
   local seed=$1; shift
-  "$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
+  ${ORIGIN_CPUS:+taskset -c "$ORIGIN_CPUS"} "$bin/shoal-test-origin" --listen 127.0.0.1:0 --access-key "$ORIGIN_KEY" --bucket bench \
     --seed "$seed" --addr-file "$work/origin.addr" "$@" 2>"$work/origin.log" &
   pids+=($!)
   # A large seed takes the origin a while to load (and hash).
@@ -69,7 +70,7 @@ secret_access_key = "$NODE_SECRET"
 $extra
 TOML
   ${NODE_CPUS:+taskset -c "$NODE_CPUS"} env RUST_LOG=warn "$bin/shoal-node" --config "$work/$name.toml" 2>"$work/$name.log" &
-  pids+=($!)
+  pids+=($!); node_pids+=($!)
   for _ in $(seq 200); do
     curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
     sleep 0.1
@@ -99,12 +100,29 @@ drop_cache() {
   }
 }
 
-# dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks.
+# dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks (on $READER_CPUS if set).
 dd_rate() {
-  dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ {
+  ${READER_CPUS:+taskset -c "$READER_CPUS"} dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ {
     v = $(NF-1); u = $NF
     if (u == "GB/s") v *= 1000; else if (u == "kB/s") v /= 1000; else if (u == "B/s") v /= 1e6
     printf "%.1f", v }'
+}
+
+# cpu_ticks PID...: user + system clock ticks the processes have used so far
+# (/proc/PID/stat, read past the command name, which may hold spaces).
+cpu_ticks() {
+  local p t=0 f
+  for p in "$@"; do
+    f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    set -- $f
+    t=$((t + ${12} + ${13}))
+  done
+  echo "$t"
+}
+
+# ms_per_gib TICKS BYTES: CPU milliseconds per GiB moved.
+ms_per_gib() {
+  awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { if (n > 0) printf "%.0f", t * 1000 / hz / (n / 1073741824); else print "n/a" }'
 }
 
 # median N...: the middle one of the numbers given.

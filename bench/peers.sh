@@ -8,7 +8,15 @@
 # Knobs: SIZE_MB (1024), LATENCY_MS (20), BW (100000000 bytes/s per connection),
 # MOUNT_S3 (path of a mountpoint-s3 build; default ../shared/peers/mount-s3),
 # SMALL_FILES (1000, of 16 KiB), READERS (8, for the origin-cost run).
+#
+# Pinned as if the nodes were other hosts: the origin and the nodes on core
+# $SERVICE_CPUS (0), every FUSE daemon and its reader on $READER_CPUS (1); each
+# daemon's CPU per GiB read (user + system, /proc/PID/stat) is printed beside its
+# MB/s, a figure that does not depend on what else runs.
 source "$(dirname "$0")/lib.sh"
+SERVICE_CPUS=${SERVICE_CPUS:-0}
+export ORIGIN_CPUS=$SERVICE_CPUS NODE_CPUS=$SERVICE_CPUS READER_CPUS=${READER_CPUS:-1}
+pin() { taskset -c "$READER_CPUS" "$@"; }
 SIZE_MB=${SIZE_MB:-1024}
 LATENCY_MS=${LATENCY_MS:-20}
 BW=${BW:-100000000}
@@ -32,10 +40,12 @@ head -c $((SMALL_FILES * 16384)) /dev/urandom | split -b 16384 -a 4 -d - "$work/
 start_slow_cluster 256MiB
 
 mkdir -p "$work/shoal" "$work/null"
-"$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/mount.log" bench "$work/shoal"
+pin "$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/mount.log" bench "$work/shoal"
 mounts+=("$work/shoal")
-"$bin/examples/nullfs" "$work/null" "$((SIZE_MB * 1024 * 1024))" >/dev/null 2>&1 &
-pids+=($!); mounts+=("$work/null"); wait_mounted "$work/null"
+# taskset itself in the background (not the pin function's subshell): $! is then
+# the daemon's own pid.
+taskset -c "$READER_CPUS" "$bin/examples/nullfs" "$work/null" "$((SIZE_MB * 1024 * 1024))" >/dev/null 2>&1 &
+null_pid=$!; pids+=($!); mounts+=("$work/null"); wait_mounted "$work/null"
 S=$work/shoal
 # The process that serves the mount (its keeper only holds the connection).
 mount_pid=$("$bin/shoal-mount" --status "$S" | python3 -c 'import json, sys; print(json.load(sys.stdin)["server"])')
@@ -52,8 +62,15 @@ direct_4k=$(SHOAL_LOAD_ACCESS_KEY=$ORIGIN_KEY SHOAL_LOAD_SECRET_KEY=$SHOAL_ORIGI
 
 # shoal: cold, warm from the nodes (page cache dropped; the mount's RAM tier is
 # smaller than the object), re-read from the page cache.
-drop_cache; cold=$(dd_rate "$S/obj.bin")
+bytes=$((SIZE_MB << 20))
+drop_cache
+t0=$(cpu_ticks "$mount_pid"); n0=$(cpu_ticks "${node_pids[@]}")
+cold=$(dd_rate "$S/obj.bin")
+t1=$(cpu_ticks "$mount_pid"); n1=$(cpu_ticks "${node_pids[@]}")
 warm=$(warm_rate "$S/obj.bin")
+t2=$(cpu_ticks "$mount_pid"); n2=$(cpu_ticks "${node_pids[@]}")
+cold_cpu=$(ms_per_gib $((t1 - t0)) "$bytes"); cold_nodes=$(ms_per_gib $((n1 - n0)) "$bytes")
+warm_cpu=$(ms_per_gib $((t2 - t1)) $((3 * bytes))); warm_nodes=$(ms_per_gib $((n2 - n1)) $((3 * bytes)))
 # Re-reads from the page cache take a fraction of a second: five in turns with
 # a local file's, each side's median.
 cp "$work/seed/obj.bin" "$work/pc.bin"; dd_rate "$work/pc.bin" >/dev/null
@@ -62,7 +79,8 @@ for _ in 1 2 3 4 5; do rereads+=("$(dd_rate "$S/obj.bin")"); pcs+=("$(dd_rate "$
 reread=$(median "${rereads[@]}"); local_pc=$(median "${pcs[@]}")
 rm -f "$work/pc.bin"
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$mount_pid/status" 2>/dev/null || echo 0)
-null=$(warm_rate "$work/null/zero")
+t0=$(cpu_ticks "$null_pid"); null=$(warm_rate "$work/null/zero"); t1=$(cpu_ticks "$null_pid")
+null_cpu=$(ms_per_gib $((t1 - t0)) $((3 * bytes)))
 # A cold 4 KiB random read through the mount: fio's median completion latency.
 rand_4k=$(fio --name=r --filename="$S/rand.bin" --rw=randread --bs=4k --ioengine=psync --direct=1 \
   --number_ios=100 --numjobs=1 --output-format=json 2>/dev/null |
@@ -106,39 +124,52 @@ cost=$(awk -v a="$before" -v b="$after" -v s="$SIZE_MB" 'BEGIN { printf "%.3f", 
 
 # Peers: cold = first read; warm = the median of three more, page cache dropped
 # before each; re-read = the next, page cache kept.
-peer_reads() { # DIR FILE -> "cold warm reread"
-  local c w r
-  drop_cache; c=$(dd_rate "$1/$2"); w=$(warm_rate "$1/$2"); r=$(dd_rate "$1/$2")
-  echo "$c $w $r"
+# With PID, also the daemon's CPU ms per GiB of the cold and the warm reads.
+peer_reads() { # DIR FILE [PID] -> "cold warm reread cold-cpu warm-cpu"
+  local c w r t0 t1 t2 pid=${3:-}
+  drop_cache
+  t0=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0)
+  c=$(dd_rate "$1/$2")
+  t1=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0)
+  w=$(warm_rate "$1/$2")
+  t2=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0)
+  r=$(dd_rate "$1/$2")
+  if [ -n "$pid" ]; then
+    echo "$c $w $r $(ms_per_gib $((t1 - t0)) "$bytes") $(ms_per_gib $((t2 - t1)) $((3 * bytes)))"
+  else
+    echo "$c $w $r n/a n/a"
+  fi
 }
-ms3=(n/a n/a n/a); ms3c=(n/a n/a n/a); rcl=(n/a n/a n/a); s3f=(n/a n/a n/a)
+# The pid of a daemon serving mount DIR (its command line names DIR).
+daemon_of() { pgrep -f -- " $1( |\$)" | head -1; }
+ms3=(n/a n/a n/a n/a n/a); ms3c=(n/a n/a n/a n/a n/a); rcl=(n/a n/a n/a); s3f=(n/a n/a n/a)
 ms3_small=n/a; ms3c_small=n/a; rc_small=n/a; s3_small=n/a
 if [ "$have_ms3" = 1 ]; then
   mkdir -p "$work/ms3" "$work/ms3c" "$work/ms3-cache"
-  AWS_ACCESS_KEY_ID=$ORIGIN_KEY AWS_SECRET_ACCESS_KEY=$SHOAL_ORIGIN_SECRET_KEY "$MOUNT_S3" bench "$work/ms3" \
+  AWS_ACCESS_KEY_ID=$ORIGIN_KEY AWS_SECRET_ACCESS_KEY=$SHOAL_ORIGIN_SECRET_KEY pin "$MOUNT_S3" bench "$work/ms3" \
     --endpoint-url "http://$origin" --force-path-style --region us-east-1 >"$work/ms3.log" 2>&1 && mounts+=("$work/ms3")
-  AWS_ACCESS_KEY_ID=$ORIGIN_KEY AWS_SECRET_ACCESS_KEY=$SHOAL_ORIGIN_SECRET_KEY "$MOUNT_S3" bench "$work/ms3c" \
+  AWS_ACCESS_KEY_ID=$ORIGIN_KEY AWS_SECRET_ACCESS_KEY=$SHOAL_ORIGIN_SECRET_KEY pin "$MOUNT_S3" bench "$work/ms3c" \
     --endpoint-url "http://$origin" --force-path-style --region us-east-1 \
     --cache "$work/ms3-cache" --max-cache-size $((SIZE_MB * 2)) >"$work/ms3c.log" 2>&1 && mounts+=("$work/ms3c")
   if wait_mounted "$work/ms3" 2>/dev/null; then
-    read -r -a ms3 <<<"$(peer_reads "$work/ms3" peer.bin)"
+    read -r -a ms3 <<<"$(peer_reads "$work/ms3" peer.bin "$(daemon_of "$work/ms3")")"
     drop_cache; ms3_small=$(secs bash -c "cat '$work/ms3'/small/* >/dev/null")
   fi
   if wait_mounted "$work/ms3c" 2>/dev/null; then
-    read -r -a ms3c <<<"$(peer_reads "$work/ms3c" peer.bin)"
+    read -r -a ms3c <<<"$(peer_reads "$work/ms3c" peer.bin "$(daemon_of "$work/ms3c")")"
   fi
 fi
 export RCLONE_CONFIG_ORIGIN_TYPE=s3 RCLONE_CONFIG_ORIGIN_PROVIDER=Other RCLONE_CONFIG_ORIGIN_ENDPOINT="http://$origin" \
   RCLONE_CONFIG_ORIGIN_ACCESS_KEY_ID="$ORIGIN_KEY" RCLONE_CONFIG_ORIGIN_SECRET_ACCESS_KEY="$SHOAL_ORIGIN_SECRET_KEY"
 mkdir -p "$work/rclone" "$work/s3fs"
-(unset AWS_CA_BUNDLE; rclone mount origin:bench "$work/rclone" --vfs-cache-mode full --cache-dir "$work/rclone-cache" \
+(unset AWS_CA_BUNDLE; pin rclone mount origin:bench "$work/rclone" --vfs-cache-mode full --cache-dir "$work/rclone-cache" \
   --daemon --log-file "$work/rclone.log") && mounts+=("$work/rclone")
 if wait_mounted "$work/rclone" 2>/dev/null; then
   read -r -a rcl <<<"$(peer_reads "$work/rclone" peer.bin)"
   drop_cache; rc_small=$(secs bash -c "cat '$work/rclone'/small/* >/dev/null")
 fi
 printf '%s:%s\n' "$ORIGIN_KEY" "$SHOAL_ORIGIN_SECRET_KEY" >"$work/s3fs.passwd"; chmod 600 "$work/s3fs.passwd"
-s3fs bench "$work/s3fs" -o url="http://$origin" -o use_path_request_style -o passwd_file="$work/s3fs.passwd" \
+pin s3fs bench "$work/s3fs" -o url="http://$origin" -o use_path_request_style -o passwd_file="$work/s3fs.passwd" \
   -o endpoint=us-east-1 2>"$work/s3fs.log" && mounts+=("$work/s3fs")
 if wait_mounted "$work/s3fs" 2>/dev/null; then
   read -r -a s3f <<<"$(peer_reads "$work/s3fs" peer.bin)"
@@ -153,13 +184,18 @@ printf '%-34s %10s %10s %10s %16s\n' "mountpoint-s3" "${ms3[0]}" "${ms3[1]}" "${
 printf '%-34s %10s %10s %10s %16s\n' "mountpoint-s3 --cache" "${ms3c[0]}" "${ms3c[1]}" "${ms3c[2]}" "$ms3c_small"
 printf '%-34s %10s %10s %10s %16s\n' "rclone vfs full" "${rcl[0]}" "${rcl[1]}" "${rcl[2]}" "$rc_small"
 printf '%-34s %10s %10s %10s %16s\n' "s3fs" "${s3f[0]}" "${s3f[1]}" "${s3f[2]}" "$s3_small"
+echo "pinned: origin and nodes on core $SERVICE_CPUS, each FUSE daemon and its reader on core $READER_CPUS"
+printf '%-34s %16s %16s\n' "CPU ms per GiB read" "cold" "warm"
+printf '%-34s %16s %16s\n' "shoal mount" "$cold_cpu" "$warm_cpu"
+printf '%-34s %16s %16s\n' "shoal nodes (all three)" "$cold_nodes" "$warm_nodes"
+printf '%-34s %16s %16s\n' "mountpoint-s3" "${ms3[3]}" "${ms3[4]}"
+printf '%-34s %16s %16s\n' "mountpoint-s3 --cache" "${ms3c[3]}" "${ms3c[4]}"
+printf '%-34s %16s %16s\n' "null FUSE" "" "$null_cpu"
 echo "baselines: origin 32-connection pull $pull MB/s; null FUSE $null MB/s; local file $local_disk MB/s from disk (median of ${locals[*]}; passthrough ${pts[*]}), $local_pc MB/s from the page cache (median of ${pcs[*]}; shoal ${rereads[*]}); direct 4 KiB GET ${direct_4k} ms"
 row() { printf '%-60s %10s %10s\n' "$1" "$2" "$3"; }
 printf '%-60s %10s %10s\n' "ratio" "value" "target"
 row "cold: shoal / mountpoint-s3" "$(ratio "$cold" "${ms3[0]}")" ">= 1.5"
 row "cold: shoal / origin 32-connection pull" "$(ratio "$cold" "$pull")" ">= 0.5"
-row "warm from nodes: shoal / mountpoint-s3 --cache" "$(ratio "$warm" "${ms3c[1]}")" ">= 2"
-row "warm from nodes: shoal / null FUSE" "$(ratio "$warm" "$null")" ">= 0.8"
 row "warm from the disk tier (passthrough) / local file from disk" "$(ratio "$passthrough" "$local_disk")" ">= 0.9"
 row "warm from the disk tier (passthrough) / mountpoint-s3 --cache" "$(ratio "$passthrough" "${ms3c[1]}")" ">= 3"
 row "re-read: shoal / local page cache" "$(ratio "$reread" "$local_pc")" ">= 0.9"
@@ -167,3 +203,8 @@ row "cold 4 KiB random read median: shoal / direct GET" "$(ratio "$rand_4k" "$di
 row "$SMALL_FILES small files: mountpoint-s3 / shoal (x faster)" "$(ratio "$ms3_small" "$small")" ">= 10"
 row "$READERS mounts reading one object: origin bytes / object size" "$cost" "<= 1.05"
 row "mount peak RSS MiB (RAM tier 256 + in-flight 64 + 64)" "$((rss_kb / 1024))" "<= 384"
+row "warm CPU per GiB: shoal mount / null FUSE daemon" "$(ratio "$warm_cpu" "$null_cpu")" "<= 2"
+row "warm CPU per GiB: shoal mount / mountpoint-s3 --cache" "$(ratio "$warm_cpu" "${ms3c[4]}")" "<= 0.35"
+row "warm MB/s pinned: shoal / null FUSE" "$(ratio "$warm" "$null")" ">= 0.7"
+row "warm MB/s pinned: shoal / mountpoint-s3 --cache" "$(ratio "$warm" "${ms3c[1]}")" ">= 2.5"
+row "cold CPU per GiB: shoal mount / mountpoint-s3" "$(ratio "$cold_cpu" "${ms3[3]}")" "<= 0.4"
