@@ -16,9 +16,11 @@ use shoal::config::{Config, Overrides};
 /// multipart uploads and DELETE to the origin; [[rules]] decide what is cached.
 ///
 /// Clients sign requests with a key from the config's [auth] section (SigV4 header
-/// or presigned URL). GET /healthz answers "ok"; GET /metrics is Prometheus text;
-/// a signed POST /BUCKET?shoal-purge&prefix=P (or &key=K) drops cached data.
-/// SIGTERM or SIGINT stops accepting and drains open requests.
+/// or presigned URL); a key's allow list says what it may do (a key without one
+/// reads and lists only), its max_*_per_second how fast. GET /healthz answers
+/// "ok"; GET /metrics is Prometheus text; POST /BUCKET?shoal-purge&prefix=P (or
+/// &key=K), signed by a key granted purge, drops cached data. SIGTERM or SIGINT
+/// stops accepting and drains open requests; SIGUSR1 reopens [node] access_log.
 ///
 /// Origin credentials: the keys in [origin.credentials], or without them the AWS
 /// credential chain (environment, shared config and credentials files, web

@@ -210,7 +210,9 @@ async fn s3(
     req: Request<Incoming>,
 ) -> Response<RespBody> {
     let method = req.method().clone();
-    let recording = app.access_log.is_some() || app.policy.is_some();
+    // Answers are recorded for the access log and for keys charged by the byte.
+    let recording =
+        app.access_log.is_some() || app.policy.as_ref().is_some_and(|p| p.charges_any());
     let start = recording.then(|| {
         let (bucket, key) =
             crate::api::passthrough::address(req.uri(), req.headers(), &app.domains)

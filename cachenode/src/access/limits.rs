@@ -87,6 +87,10 @@ impl Limiter {
         Ok(())
     }
 
+    pub fn limits_bytes(&self) -> bool {
+        self.bytes.is_some()
+    }
+
     /// Bytes sent for an admitted request.
     pub fn spend_bytes(&self, n: u64) {
         if let Some(b) = &self.bytes {

@@ -190,6 +190,21 @@ impl Policy {
         }
     }
 
+    /// Whether any key has a byte rate: else no answer needs its bytes counted.
+    pub fn charges_any(&self) -> bool {
+        self.keys
+            .values()
+            .any(|r| r.limiter.as_ref().is_some_and(Limiter::limits_bytes))
+    }
+
+    /// Whether `key` has a byte rate, so its answers' bytes are worth charging.
+    pub fn charges_bytes(&self, key: &str) -> bool {
+        self.keys
+            .get(key)
+            .and_then(|r| r.limiter.as_ref())
+            .is_some_and(Limiter::limits_bytes)
+    }
+
     /// The bytes an admitted request of `key` sent.
     pub fn spend_bytes(&self, key: &str, n: u64) {
         if let Some(l) = self.keys.get(key).and_then(|r| r.limiter.as_ref()) {

@@ -30,6 +30,7 @@ pub struct Start {
 pub struct Recorded<B> {
     inner: B,
     trace: Arc<Trace>,
+    /// Where the signer's bytes are charged, when it has a byte rate.
     policy: Option<Arc<Policy>>,
     log: Option<Arc<AccessLog>>,
     start: Option<Start>,
@@ -48,6 +49,8 @@ impl<B> Recorded<B> {
         status: u16,
     ) -> Self {
         let signer = trace.key();
+        // Only a key with a byte rate is charged as its answer goes out.
+        let policy = policy.filter(|p| signer.as_deref().is_some_and(|k| p.charges_bytes(k)));
         Recorded {
             inner,
             trace,

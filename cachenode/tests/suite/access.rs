@@ -102,8 +102,21 @@ async fn a_key_over_its_rate_gets_slowdown_and_the_others_do_not_wait() {
         ])
         .args([&secs.to_string(), "24"])
         .output();
+    // Measured once the hammer is at its limit: its first SlowDown counted.
+    let addr = node.addr.clone();
     let measured = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        wait_for(
+            "the hammer to meet its limit",
+            Duration::from_secs(30),
+            || async {
+                let m = scrape(&addr).await;
+                metric(
+                    &m,
+                    "shoal_node_refusals_total{key=\"hammer\",reason=\"requests\"}",
+                ) > 0.0
+            },
+        )
+        .await;
         median_read(&quiet, "mib", 60).await
     };
     let (out, beside) = tokio::join!(hammer, measured);
@@ -172,6 +185,8 @@ while True:
         break
     except ClientError as e:
         assert e.response["Error"]["Code"] == "SlowDown", e.response
+        # Polled until the debt is paid, for at most 20 s.
+        assert time.time() - t0 < 20, "the debt was never paid"
         time.sleep(0.05)
 print("paid after %.2f s" % (time.time() - t0))
 "#;
