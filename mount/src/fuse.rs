@@ -143,7 +143,7 @@ impl crate::kernel::Handler for FuseFs {
             }
             Op::Read { fh, offset, size } => self.spawn("read", async move {
                 match fs.read(fh, offset, size).await {
-                    Ok(b) => reply.data(&[b]),
+                    Ok(parts) => reply.data(&parts),
                     Err(e) => reply.error(errno(&e)),
                 }
             }),

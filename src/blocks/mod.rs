@@ -6,7 +6,8 @@
 //! nothing of the others; [`flight`] makes concurrent misses share one fetch;
 //! [`tiers`] joins them into one pipeline (RAM, then disk, then one fetch, then
 //! fill) that the node and the cluster reader both use; [`growing`] is a block
-//! readable while it arrives (cut-through). [`NoCache`] switches a
+//! readable while it arrives (cut-through), written into a buffer from a
+//! [`pool`] that is used again once the block is gone. [`NoCache`] switches a
 //! tier off without `Option` checks everywhere.
 
 pub mod disk;
@@ -14,6 +15,7 @@ pub mod files;
 pub mod flight;
 pub mod growing;
 mod key;
+pub mod pool;
 pub mod ram;
 pub mod tiers;
 
@@ -24,10 +26,11 @@ pub use disk::{
 };
 pub use files::FileTier;
 pub use flight::{FlightError, Flights, Joined};
-pub use growing::Growing;
+pub use growing::{Filler, Growing, Overflow};
 pub use key::BlockKey;
+pub use pool::{Buffer, BufferPool, PoolStats};
 pub use ram::RamTier;
-pub use tiers::{Arriving, Block, Served, Tiers};
+pub use tiers::{Arriving, Block, Fill, Served, Tiers};
 
 /// What a tier did since start, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

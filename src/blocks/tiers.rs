@@ -4,13 +4,14 @@
 //! The node and the cluster reader both read blocks through here; what differs
 //! between them is only the fetch (the origin, an owner node, the cluster). A
 //! fetch is one flight: it runs in a task of its own (an asker that goes away does
-//! not cancel it for the others), its bytes land in a [`Growing`] block that every
-//! asker can stream from its first byte as they arrive (cut-through) or wait for
-//! whole, and the tiers get the block only once the fetch says it is complete. A
-//! fetch that fails ends every asker's stream with its error; one whose task dies
-//! ends them with [`FlightError::Lost`], never a hang. Disk I/O runs on blocking
-//! threads, in this file only. Each answer says which tier served it ([`Served`])
-//! so the caller counts it in its own metrics.
+//! not cancel it for the others), it writes the block's bytes into a [`Growing`]
+//! block (a buffer from the tiers' pool) that every asker can read from its first
+//! byte as they arrive (cut-through) or wait for whole, and the tiers get the
+//! block (that same buffer) only once the fetch says it is complete. A fetch that
+//! fails ends every asker's read with its error; one whose task dies ends them
+//! with [`FlightError::Lost`], never a hang. Disk I/O runs on blocking threads,
+//! in this file only. Each answer says which tier served it ([`Served`]) so the
+//! caller counts it in its own metrics.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::flight::FlightError;
-use super::growing::Growing;
+use super::growing::{Filler, Growing};
+use super::pool::{BufferPool, PoolStats};
 use super::{BlockCache, BlockKey, DiskFailures, NoCache, RamTier, TierStats};
 
 /// Where a block came from.
@@ -37,6 +39,9 @@ pub enum Served {
 /// A block being fetched, as its askers read it.
 pub type Arriving<E> = Arc<Growing<FlightError<E>>>;
 
+/// What a fetch writes a block with.
+pub type Fill<E> = Filler<FlightError<E>>;
+
 /// What an asker gets: the block a tier holds, or the fetch bringing it.
 pub enum Block<E> {
     Held(Bytes, Served),
@@ -52,6 +57,21 @@ impl<E: Clone + Send + Sync + 'static> Block<E> {
             Block::Arriving(g, s) => Ok((g.whole().await?, s)),
         }
     }
+
+    /// Bytes `lo..hi` of the block (clamped to it) as soon as they are here.
+    pub async fn part(self, lo: usize, hi: usize) -> Result<(Bytes, Served), FlightError<E>> {
+        match self {
+            Block::Held(b, s) => {
+                let hi = hi.min(b.len());
+                Ok((b.slice(lo.min(hi)..hi), s))
+            }
+            Block::Arriving(g, s) => {
+                g.until(hi as u64).await?;
+                let hi = hi.min(g.len() as usize);
+                Ok((g.slice(lo.min(hi), hi), s))
+            }
+        }
+    }
 }
 
 type InFlight<L, E> = Arc<Mutex<HashMap<(BlockKey, L), Arriving<E>>>>;
@@ -63,6 +83,9 @@ pub struct Tiers<L, E: Clone> {
     ram: Arc<dyn BlockCache>,
     disk: Option<Arc<dyn BlockCache>>,
     inflight: InFlight<L, E>,
+    /// Where fetched blocks are written: buffers of the block size, used again
+    /// once the tiers and every reader are done with them.
+    pool: BufferPool,
     /// Blocks on their way to disk. A flight's readers are done before its disk
     /// write, so without a bound a disk slower than the network would queue
     /// blocks without end; past this many a flight ends only once a write slot
@@ -72,6 +95,12 @@ pub struct Tiers<L, E: Clone> {
 
 /// Disk writes queued at most (see [`Tiers::disk_queue`]).
 pub const DISK_QUEUE: usize = 8;
+/// Unused block buffers a pool keeps. A buffer is allocated only when none is
+/// idle, so idle ones never raise the peak (the tiers plus the blocks in flight
+/// at once); they keep that peak resident after a burst, so that the next burst
+/// (a read-ahead window opening, a RAM tier evicting as many blocks as it takes)
+/// finds its buffers. A mount's in-flight budget is 64 blocks by default.
+pub const IDLE_BUFFERS: usize = 64;
 
 impl<L, E> Tiers<L, E>
 where
@@ -90,8 +119,14 @@ where
             ram,
             disk,
             inflight: Arc::default(),
+            pool: BufferPool::new(block as usize, IDLE_BUFFERS),
             disk_queue: Arc::new(tokio::sync::Semaphore::new(DISK_QUEUE)),
         }
+    }
+
+    /// How the block buffers were used: allocated, reused, idle.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
     }
 
     pub fn has_disk(&self) -> bool {
@@ -128,48 +163,60 @@ where
     }
 
     /// The block from a tier, else from `fetch` (run once however many ask at the
-    /// same time, in lane `lane`), which pushes the block's bytes into the growing
-    /// block it is given as they come and says when it is complete; a fetched
-    /// block is kept in both tiers when `fill`.
-    pub async fn open<F, Fut>(&self, key: BlockKey, lane: L, fill: bool, fetch: F) -> Block<E>
+    /// same time, in lane `lane`), which writes the block's bytes (`len` of them
+    /// at most) into the growing block it is given as they come and says when it
+    /// is complete; a fetched block is kept in both tiers when `fill`.
+    pub async fn open<F, Fut>(
+        &self,
+        key: BlockKey,
+        lane: L,
+        fill: bool,
+        len: usize,
+        fetch: F,
+    ) -> Block<E>
     where
-        F: FnOnce(Arriving<E>) -> Fut,
+        F: FnOnce(Fill<E>) -> Fut,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
     {
         if let Some((b, served)) = self.lookup(&key).await {
             return Block::Held(b, served);
         }
-        self.flight(key, lane, fill, fetch)
+        self.flight(key, lane, fill, len, fetch)
     }
 
-    /// [`Self::open`] whatever the tiers hold (joining a fetch in flight): for a
-    /// caller that needs what the fetch learns besides the bytes.
-    pub fn flight<F, Fut>(&self, key: BlockKey, lane: L, fill: bool, fetch: F) -> Block<E>
+    /// [`Self::open`] whatever the disk tier holds (joining a fetch in flight):
+    /// for a caller that needs what the fetch learns besides the bytes.
+    pub fn flight<F, Fut>(
+        &self,
+        key: BlockKey,
+        lane: L,
+        fill: bool,
+        len: usize,
+        fetch: F,
+    ) -> Block<E>
     where
-        F: FnOnce(Arriving<E>) -> Fut,
+        F: FnOnce(Fill<E>) -> Fut,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
     {
         let id = (key.clone(), lane);
-        let g = {
+        let (g, filler) = {
             let mut all = self.inflight.lock().unwrap();
             if let Some(g) = all.get(&id) {
                 return Block::Arriving(g.clone(), Served::Joined);
             }
-            let g: Arriving<E> = Arc::default();
+            // A flight that ended between the caller's lookup and here left its
+            // block in RAM (it is kept before its entry goes): never fetch it
+            // twice.
+            if let Some(b) = self.ram.get(&key) {
+                return Block::Held(b, Served::Ram);
+            }
+            let (g, filler) = Growing::new(self.pool.take(len));
             all.insert(id.clone(), g.clone());
-            g
+            (g, filler)
         };
-        // A flight that ended between the caller's lookup and the entry above left
-        // its block in RAM: never fetch it twice.
-        if let Some(b) = self.ram.get(&key) {
-            self.inflight.lock().unwrap().remove(&id);
-            g.push(b.clone());
-            g.finish(Ok(()));
-            return Block::Held(b, Served::Ram);
-        }
         // Whoever started the fetch sees the answers it gets (a gateway, its
         // owner's Cache-Status).
-        let run = crate::store::seen::watched(crate::store::seen::watcher(), fetch(g.clone()));
+        let run = crate::store::seen::watched(crate::store::seen::watcher(), fetch(filler));
         let landing = Landing {
             id: Some(id),
             growing: g.clone(),
@@ -181,7 +228,7 @@ where
             let mut landing = landing;
             match run.await {
                 Ok(()) => {
-                    let b = landing.growing.concat();
+                    let b = landing.growing.arrived();
                     if fill {
                         ram.insert(key.clone(), b.clone());
                     }
@@ -201,24 +248,6 @@ where
             }
         });
         Block::Arriving(g, Served::Fetched)
-    }
-
-    /// The block from a tier, else from `fetch`'s whole answer (one however many
-    /// ask), kept in both tiers when `fill`: for fetches that bring a block at once.
-    pub async fn get_or_fetch(
-        &self,
-        key: BlockKey,
-        lane: L,
-        fill: bool,
-        fetch: impl Future<Output = Result<Bytes, E>> + Send + 'static,
-    ) -> Result<(Bytes, Served), FlightError<E>> {
-        self.open(key, lane, fill, |g| async move {
-            g.push(fetch.await?);
-            Ok(())
-        })
-        .await
-        .whole()
-        .await
     }
 
     /// Keeps `data` as `key` in both tiers.
@@ -314,6 +343,20 @@ mod tests {
         BlockKey::new("b", "k", "e", 4, i)
     }
 
+    /// The block from a tier, else from `fetch`'s whole answer.
+    async fn get_or_fetch(
+        t: &Tiers<(), String>,
+        key: BlockKey,
+        fetch: impl Future<Output = Result<Bytes, String>> + Send + 'static,
+    ) -> Result<(Bytes, Served), FlightError<String>> {
+        t.open(key, (), true, 4, |mut g| async move {
+            g.push(&fetch.await?).map_err(|e| e.to_string())
+        })
+        .await
+        .whole()
+        .await
+    }
+
     #[tokio::test]
     async fn ram_then_disk_then_one_fetch_then_fill() {
         let dir = tempfile::tempdir().unwrap();
@@ -324,7 +367,7 @@ mod tests {
         for _ in 0..8 {
             let (t, fetches) = (t.clone(), fetches.clone());
             askers.push(tokio::spawn(async move {
-                t.get_or_fetch(key(1), (), true, async move {
+                get_or_fetch(&t, key(1), async move {
                     fetches.fetch_add(1, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(30)).await;
                     Ok(Bytes::from_static(b"abcd"))
@@ -341,7 +384,7 @@ mod tests {
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         assert_eq!(served.iter().filter(|s| **s == Served::Fetched).count(), 1);
         let never = async { Err::<Bytes, String>("must not fetch".into()) };
-        let (_, s) = t.get_or_fetch(key(1), (), true, never).await.unwrap();
+        let (_, s) = get_or_fetch(&t, key(1), never).await.unwrap();
         assert_eq!(s, Served::Ram);
         // The disk write follows the answer: wait for it, then a fresh RAM tier
         // over the same disk finds the block there.
@@ -361,9 +404,7 @@ mod tests {
         assert_eq!(t.remove_object("b", "k").await, 2);
         assert!(!t.cached(&key(1)).await);
         // A failed fetch keeps nothing and says why.
-        let r = t
-            .get_or_fetch(key(2), (), true, async { Err("origin down".to_owned()) })
-            .await;
+        let r = get_or_fetch(&t, key(2), async { Err("origin down".to_owned()) }).await;
         assert_eq!(r, Err(FlightError::Failed("origin down".into())));
         assert!(!t.cached(&key(2)).await);
     }
@@ -373,10 +414,10 @@ mod tests {
         let t: Tiers<(), String> = Tiers::new(1 << 20, 4, None);
         let (go, wait) = tokio::sync::oneshot::channel::<()>();
         let first = t
-            .open(key(3), (), true, |g| async move {
-                g.push(Bytes::from_static(b"ab"));
+            .open(key(3), (), true, 4, |mut g| async move {
+                g.push(b"ab").unwrap();
                 let _ = wait.await;
-                g.push(Bytes::from_static(b"cd"));
+                g.push(b"cd").unwrap();
                 Ok(())
             })
             .await;
@@ -386,7 +427,7 @@ mod tests {
         g.started().await.unwrap();
         assert_eq!(g.len(), 2, "the first bytes are readable before the rest");
         let joined = t
-            .open(key(3), (), true, |_| async {
+            .open(key(3), (), true, 4, |_| async {
                 panic!("a second fetch of a block in flight");
                 #[allow(unreachable_code)]
                 Ok(())
@@ -398,7 +439,7 @@ mod tests {
         assert_eq!(t.lookup(&key(3)).await.unwrap().1, Served::Ram);
 
         let dying = t
-            .open(key(4), (), true, |_| async {
+            .open(key(4), (), true, 4, |_| async {
                 panic!("the fetch blew up");
                 #[allow(unreachable_code)]
                 Ok(())

@@ -18,8 +18,17 @@ use crate::log_limit::{more, LogLimit};
 use crate::node_proto;
 use crate::route::{NodeHandle, Router};
 use crate::store::{
-    collect, stall_guard, Deadline, GetObject, ListPage, ListRequest, ObjectMeta, StoreError,
+    collect, stall_guard, BodyResponse, Deadline, GetObject, ListPage, ListRequest, ObjectMeta,
+    StoreError,
 };
+
+/// A node's answer whose body is still to be read, holding its place in the
+/// node's load until it is.
+pub(crate) struct Opened {
+    pub resp: BodyResponse,
+    pub node: NodeHandle,
+    _inflight: crate::route::state::InFlight,
+}
 
 /// The nodes, the client's view of each (load, latency, breaker, down), and the
 /// deadlines every call to one of them is held to.
@@ -75,6 +84,41 @@ impl NodeCalls {
         .await;
         self.judge(node, r.as_ref().err());
         r
+    }
+
+    /// A GET of `req` from `node`, up to its answer's head: the body is read into
+    /// the caller's buffer afterwards (a chunked one held to the stall deadline
+    /// here, a socket's by its client), and a failure there is told to
+    /// [`Self::body_failed`].
+    pub(crate) async fn node_open(
+        &self,
+        node: &NodeHandle,
+        req: &GetObject,
+    ) -> Result<Opened, StoreError> {
+        let store = self.nodes.store(node.id());
+        let timeouts = self.timeouts;
+        let inflight = self.begin(node);
+        let t0 = Instant::now();
+        let r = tokio::time::timeout(timeouts.first_byte, store.get_body(req))
+            .await
+            .unwrap_or_else(|_| Err(first_byte_timeout(node, timeouts.first_byte)));
+        self.judge(node, r.as_ref().err());
+        let mut resp = r?;
+        self.router.observe(node, t0.elapsed());
+        let id = node.id().to_owned();
+        resp.body = resp
+            .body
+            .map_stream(move |s| stall_guard(s, timeouts.stall, id));
+        Ok(Opened {
+            resp,
+            node: node.clone(),
+            _inflight: inflight,
+        })
+    }
+
+    /// The body of an answer [`Self::node_open`] gave failed with `e`.
+    pub(crate) fn body_failed(&self, node: &NodeHandle, e: &StoreError) {
+        self.judge(node, Some(e));
     }
 
     /// A HEAD of `req` from `node`.

@@ -7,6 +7,12 @@
 //! budget) after its hedge delay; whichever answers first wins and the other is
 //! dropped. Only one extra node is ever asked. When nothing answers, the origin
 //! does, and the cause is counted.
+//!
+//! A block is written into its buffer as its body arrives ([`Fetcher::fill`]):
+//! the race is decided at the first byte, and a body that breaks off midway is
+//! resumed from where it stopped (the bytes before it may already have been
+//! read), on the next ranked node if no extra node was asked yet, else from the
+//! origin, pinned to the same version.
 
 use std::sync::Arc;
 
@@ -14,12 +20,13 @@ use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 
-use super::call::{cause_of, NodeCalls};
+use super::call::{cause_of, NodeCalls, Opened};
 use super::metrics::{self, ClusterMetrics, Fallback};
+use crate::blocks::Filler;
 use crate::node_proto;
 use crate::route::state::NoNode;
 use crate::route::{BlockId, NodeHandle};
-use crate::store::{GetObject, ObjectMeta, StoreError};
+use crate::store::{get_into, BodySink, ByteRange, GetObject, ObjectMeta, StoreError};
 
 /// Where a block came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +89,19 @@ impl Fetcher {
     where
         F: std::future::Future<Output = Result<T, StoreError>>,
     {
+        self.route_on(block, ask).await.map(|(answer, _)| answer)
+    }
+
+    /// [`Self::route`], with the node a failover may still go to (none once an
+    /// extra node was asked).
+    async fn route_on<T, F>(
+        &self,
+        block: &BlockId<'_>,
+        ask: impl Fn(NodeHandle, bool) -> F,
+    ) -> Result<(T, Option<NodeHandle>), Routed>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
         let pick = match self.calls.router.pick(block) {
             Ok(p) => p,
             Err(NoNode::Empty) => return Err(Routed::Fallback(Fallback::NoNodes)),
@@ -111,7 +131,8 @@ impl Fetcher {
                         if hedged {
                             self.metrics.hedges_won.inc();
                         }
-                        return Ok(answer);
+                        let spare = if extra_used { None } else { next.next() };
+                        return Ok((answer, spare));
                     }
                     Err(e) if e.is_answer() => return Err(Routed::Answer(e)),
                     // A hedge found it cold: keep waiting for the owner, which is
@@ -153,6 +174,90 @@ impl Fetcher {
         Err(Routed::Fallback(last))
     }
 
+    /// Fills `into` with `req` (one block range of `bucket/key`, block `index`,
+    /// pinned by `If-Match`) through the cluster, falling back to the origin; says
+    /// who sent the last bytes. `into` holds the bytes already written on entry
+    /// (none, or what an earlier attempt left): only the rest is asked for.
+    pub(crate) async fn fill<E>(
+        &self,
+        req: &GetObject,
+        index: u64,
+        into: &mut Filler<E>,
+    ) -> Result<Source, StoreError>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        let (start, end) = span(req);
+        let block = BlockId {
+            bucket: &req.bucket,
+            key: &req.key,
+            index,
+        };
+        let ask = |node: NodeHandle, hedged: bool| {
+            let mut req = req.clone();
+            if hedged {
+                node_proto::set_cached_only(&mut req, true);
+            }
+            async move { self.calls.node_open(&node, &req).await }
+        };
+        let (mut opened, mut spare) = match self.route_on(&block, ask).await {
+            Ok(answer) => answer,
+            Err(Routed::Answer(e)) => return Err(e),
+            Err(Routed::Fallback(cause)) => return self.fill_origin(req, cause, into).await,
+        };
+        loop {
+            let at = start + into.len() as u64;
+            let failed = match check(&opened, req, at, end) {
+                Err(e) if e.is_answer() => return Err(e),
+                Err(e) => e,
+                Ok(()) => match read_body(&mut opened, into, end - at).await {
+                    Ok(()) => return Ok(Source::Node),
+                    Err(e) => e,
+                },
+            };
+            self.calls.body_failed(&opened.node, &failed);
+            let mut cause = cause_of(&failed);
+            // Once, on the next ranked node, for the rest; else the origin.
+            if let Some(node) = spare.take() {
+                self.metrics.failovers.inc();
+                let rest = rest_of(req, start + into.len() as u64, end);
+                match self.calls.node_open(&node, &rest).await {
+                    Ok(o) => {
+                        opened = o;
+                        continue;
+                    }
+                    Err(e) if e.is_answer() => return Err(e),
+                    Err(e) => cause = cause_of(&e),
+                }
+            }
+            let rest = rest_of(req, start + into.len() as u64, end);
+            return self.fill_origin(&rest, cause, into).await;
+        }
+    }
+
+    /// Fills `into` with `req` from the origin (a cut body resumed), for `cause`.
+    pub(crate) async fn fill_origin<E>(
+        &self,
+        req: &GetObject,
+        cause: Fallback,
+        into: &mut Filler<E>,
+    ) -> Result<Source, StoreError>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        self.metrics.fallbacks.get_or_create(&cause.label()).inc();
+        let mut req = req.clone();
+        node_proto::strip(&mut req);
+        let (start, end) = span(&req);
+        let mut sink = IntoFiller {
+            into,
+            req: &req,
+            span: (start, end),
+        };
+        get_into(&*self.origin, &req, self.origin_attempts, &mut sink).await?;
+        Ok(Source::Origin)
+    }
+
     pub(crate) async fn read_origin(
         &self,
         req: &GetObject,
@@ -176,5 +281,116 @@ impl Fetcher {
             .bytes
             .get_or_create(&label)
             .inc_by(bytes as u64);
+    }
+}
+
+/// The span `start..end` a block request asks for.
+fn span(req: &GetObject) -> (u64, u64) {
+    match req.range {
+        Some(ByteRange::From {
+            first,
+            last: Some(last),
+        }) => (first, last + 1),
+        other => unreachable!("a block request asks for a closed range, not {other:?}"),
+    }
+}
+
+/// `req` for just `at..end`.
+fn rest_of(req: &GetObject, at: u64, end: u64) -> GetObject {
+    let mut rest = req.clone();
+    rest.range = Some(ByteRange::span(at, end));
+    rest
+}
+
+/// Whether a node's answer is the one asked for: the version pinned (a node that
+/// ignored `If-Match` must never mix two), and the span `at..end`.
+fn check(opened: &Opened, req: &GetObject, at: u64, end: u64) -> Result<(), StoreError> {
+    let r = &opened.resp;
+    if req.if_match.as_deref().is_some_and(|e| e != r.meta.etag) {
+        return Err(StoreError::PreconditionFailed {
+            bucket: req.bucket.clone(),
+            key: req.key.clone(),
+        });
+    }
+    if (r.start, r.end) != (at, end) {
+        return Err(StoreError::Protocol {
+            endpoint: opened.node.id().to_owned(),
+            message: format!("answered {}..{} for {at}..{end}", r.start, r.end),
+        });
+    }
+    Ok(())
+}
+
+/// Reads `want` bytes of `opened`'s body into `into`.
+async fn read_body<E>(
+    opened: &mut Opened,
+    into: &mut Filler<E>,
+    want: u64,
+) -> Result<(), StoreError>
+where
+    E: Clone + Send + Sync + 'static,
+{
+    let mut left = want as usize;
+    while left > 0 {
+        let room = into.spare();
+        let n = room.len().min(left);
+        if n == 0 {
+            return Err(StoreError::Protocol {
+                endpoint: opened.node.id().to_owned(),
+                message: format!("no room for {left} more bytes"),
+            });
+        }
+        match opened.resp.body.read(&mut room[..n]).await? {
+            0 => {
+                return Err(StoreError::ShortBody {
+                    got: want - left as u64,
+                    want,
+                })
+            }
+            got => {
+                into.commit(got);
+                left -= got;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An origin body into a block being filled: the version and span asked for, or
+/// nothing is written.
+struct IntoFiller<'a, E> {
+    into: &'a mut Filler<E>,
+    req: &'a GetObject,
+    span: (u64, u64),
+}
+
+impl<E: Clone + Send + Sync + 'static> BodySink for IntoFiller<'_, E> {
+    type Error = StoreError;
+
+    fn begin(&mut self, meta: &ObjectMeta, start: u64, end: u64) -> Result<(), StoreError> {
+        if self.req.if_match.as_deref().is_some_and(|e| e != meta.etag) {
+            return Err(StoreError::PreconditionFailed {
+                bucket: self.req.bucket.clone(),
+                key: self.req.key.clone(),
+            });
+        }
+        if (start, end) != self.span {
+            return Err(StoreError::Protocol {
+                endpoint: "the origin".into(),
+                message: format!(
+                    "answered {start}..{end} for {}..{}",
+                    self.span.0, self.span.1
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn spare(&mut self) -> &mut [u8] {
+        self.into.spare()
+    }
+
+    fn commit(&mut self, n: usize) {
+        self.into.commit(n);
     }
 }

@@ -104,14 +104,24 @@ impl Handle {
     }
 
     async fn block(&self, index: u64) -> Result<Bytes, ReadError> {
+        self.part(index, 0, usize::MAX).await
+    }
+
+    /// Bytes `lo..hi` of block `index` (clamped to it), as soon as they are here.
+    async fn part(&self, index: u64, lo: usize, hi: usize) -> Result<Bytes, ReadError> {
         if self.is_stale() {
             return Err(self.stale_error());
         }
         let h = &self.0;
-        let r = h
+        let block = h
             .reader
-            .block(&h.bucket, &h.key, &h.meta, index, h.hop)
+            .open_block(&h.bucket, &h.key, &h.meta, index, h.hop)
             .await;
+        let r = block
+            .part(lo, hi)
+            .await
+            .map(|(b, _)| b)
+            .map_err(ReadError::from);
         self.note_stale(r).await
     }
 
@@ -179,6 +189,25 @@ impl Handle {
         Ok(out.freeze())
     }
 
+    /// Bytes `start..start+len` (clamped to the object) as the buffers they are in,
+    /// one per block they touch, each handed over as soon as its bytes have
+    /// arrived: a read inside a block being fetched waits for its own bytes, not
+    /// for the whole block.
+    pub async fn read_parts(&self, start: u64, len: u64) -> Result<Vec<Bytes>, ReadError> {
+        let end = start.saturating_add(len).min(self.0.meta.size);
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let bs = self.0.reader.block_size();
+        let parts = (start / bs..=(end - 1) / bs).map(|i| {
+            let off = i * bs;
+            let lo = start.saturating_sub(off) as usize;
+            let hi = (end - off).min(bs) as usize;
+            self.part(i, lo, hi)
+        });
+        futures_util::future::try_join_all(parts).await
+    }
+
     /// Bytes `start..start+len` for a random reader: a read inside one block that
     /// the RAM tier does not hold asks the block's owner for just that range
     /// (cut through on the node: the origin's first byte plus a hop) instead of
@@ -204,12 +233,21 @@ impl Handle {
     pub fn prefetch(&self, first: u64, count: u64) {
         let bs = self.0.reader.block_size();
         let last = self.0.meta.size.div_ceil(bs);
-        for i in first..(first + count).min(last) {
-            let me = self.clone();
-            self.0.reader.metrics.prefetched.inc();
-            tokio::spawn(async move {
-                let _ = me.block(i).await;
-            });
+        if self.is_stale() || first >= last {
+            return;
         }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let h = &me.0;
+            // Each block's fetch runs in a task of its own: starting it is enough.
+            for i in first..(first + count).min(last) {
+                h.reader.metrics.prefetched.inc();
+                drop(
+                    h.reader
+                        .open_block(&h.bucket, &h.key, &h.meta, i, h.hop)
+                        .await,
+                );
+            }
+        });
     }
 }

@@ -113,6 +113,9 @@ pub struct ClusterMetrics {
     pub metadata: Family<MetadataLabel, Counter>,
     /// Listing pages and HEADs the origin answered because no node did, by cause.
     pub metadata_fallbacks: Family<CauseLabel, Counter>,
+    /// Block buffers allocated because none was free, and buffers used again.
+    pub buffers_allocated: Counter,
+    pub buffers_reused: Counter,
 }
 
 impl Default for ClusterMetrics {
@@ -141,6 +144,8 @@ impl Default for ClusterMetrics {
             nodes_up: Default::default(),
             metadata: Default::default(),
             metadata_fallbacks: Default::default(),
+            buffers_allocated: Default::default(),
+            buffers_reused: Default::default(),
         }
     }
 }
@@ -187,6 +192,8 @@ impl ClusterMetrics {
             "nodes_up" => self.nodes_up, "Nodes not marked down";
             "metadata_requests" => self.metadata, "Listing pages and HEADs answered, by operation and source";
             "metadata_fallbacks" => self.metadata_fallbacks, "Listing pages and HEADs read from the origin directly, by cause";
+            "block_buffers_allocated" => self.buffers_allocated, "Block buffers allocated because none was free to use again";
+            "block_buffers_reused" => self.buffers_reused, "Block buffers used again for a new block";
         );
     }
 }

@@ -13,7 +13,7 @@ use super::error::ReadError;
 use super::fetch::Fetcher;
 use super::metrics::{self, ClusterMetrics, Fallback};
 use super::nodes::{Nodes, S3Nodes};
-use crate::blocks::{BlockKey, Served, Tiers};
+use crate::blocks::{Block, BlockKey, Buffer, Growing, Served, Tiers};
 use crate::config::ClusterConfig;
 use crate::log_limit::LogLimit;
 use crate::node_proto;
@@ -188,6 +188,9 @@ impl ClusterReader {
             .disk_capacity_bytes
             .set(d.capacity_bytes as i64);
         self.metrics.catch_up_router(&self.router().counters);
+        let pool = self.tiers.pool_stats();
+        metrics::catch_up(&self.metrics.buffers_allocated, pool.allocated);
+        metrics::catch_up(&self.metrics.buffers_reused, pool.reused);
         let nodes = self.router().nodes();
         self.metrics.nodes.set(nodes.len() as i64);
         self.metrics
@@ -273,68 +276,82 @@ impl ClusterReader {
         }
     }
 
-    /// Block `index` of the version `meta`: RAM tier, a fetch in flight, or a new one.
-    pub(crate) async fn block(
+    /// Block `index` of the version `meta`: held by a tier, or its fetch (in
+    /// flight already, or started now), whose bytes can be read as they arrive.
+    pub(crate) async fn open_block(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
         meta: &ObjectMeta,
         index: u64,
         hop: u32,
-    ) -> Result<Bytes, ReadError> {
+    ) -> Block<ReadError> {
         let bk = self.key(bucket, key, &meta.etag, index);
+        let range = self.block_range(index, meta.size);
+        let len = match range {
+            ByteRange::From {
+                first,
+                last: Some(last),
+            } => (last + 1 - first) as usize,
+            _ => unreachable!("a block's range is closed"),
+        };
         let me = self.clone();
         let mut req = GetObject::new(bucket, key)
-            .range(self.block_range(index, meta.size))
+            .range(range)
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
-        let want = meta.etag.clone();
-        let fetch = async move {
-            // Bound the memory of all fetches together.
-            let t0 = Instant::now();
-            let permit = me.budget.slots.clone().acquire_owned();
-            let permit = match me.budget.queue_wait {
-                None => Some(permit.await),
-                Some(limit) => tokio::time::timeout(limit, permit).await.ok(),
-            };
-            me.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
-            let fetched = match permit {
-                Some(_permit) => me.fetcher.routed(req.clone(), index).await,
-                // Every slot is taken for longer than the bound: queueing behind
-                // them would only add latency, so read the origin now.
-                None => me.fetcher.read_origin(&req, Fallback::Shed).await,
-            };
-            let stale = || ReadError::Stale {
-                bucket: req.bucket.clone(),
-                key: req.key.clone(),
-            };
-            match fetched {
-                // A node or the origin ignored If-Match: never join bytes of two
-                // versions.
-                Ok((_, got, _)) if got.etag != want => Err(stale()),
-                Ok((bytes, _, source)) => {
-                    me.fetcher.count(source, bytes.len());
-                    Ok(bytes)
+        let block = self
+            .tiers
+            .open(bk, (), true, len, move |mut into| async move {
+                // Bound the memory of all fetches together.
+                let t0 = Instant::now();
+                let permit = me.budget.slots.clone().acquire_owned();
+                let permit = match me.budget.queue_wait {
+                    None => Some(permit.await),
+                    Some(limit) => tokio::time::timeout(limit, permit).await.ok(),
+                };
+                me.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
+                let filled = match permit {
+                    Some(_permit) => me.fetcher.fill(&req, index, &mut into).await,
+                    // Every slot is taken for longer than the bound: queueing behind
+                    // them would only add latency, so read the origin now.
+                    None => {
+                        me.fetcher
+                            .fill_origin(&req, Fallback::Shed, &mut into)
+                            .await
+                    }
+                };
+                match filled {
+                    Ok(source) => {
+                        me.fetcher.count(source, into.len());
+                        Ok(())
+                    }
+                    // A node or the origin ignored If-Match, or the object changed:
+                    // never join bytes of two versions.
+                    Err(StoreError::PreconditionFailed { .. }) => Err(ReadError::Stale {
+                        bucket: req.bucket.clone(),
+                        key: req.key.clone(),
+                    }),
+                    Err(e) => Err(e.into()),
                 }
-                Err(StoreError::PreconditionFailed { .. }) => Err(stale()),
-                Err(e) => Err(e.into()),
-            }
-        };
-        let (bytes, served) = self.tiers.get_or_fetch(bk, (), true, fetch).await?;
-        match served {
-            Served::Ram | Served::Disk => {
-                self.metrics.blocks.get_or_create(&metrics::RAM).inc();
-                self.metrics
-                    .bytes
-                    .get_or_create(&metrics::RAM)
-                    .inc_by(bytes.len() as u64);
-            }
-            Served::Joined => {
+            })
+            .await;
+        match &block {
+            Block::Held(b, _) => self.count_held(b.len()),
+            Block::Arriving(_, Served::Joined) => {
                 self.metrics.coalesced_waits.inc();
             }
-            Served::Fetched => {}
+            Block::Arriving(..) => {}
         }
-        Ok(bytes)
+        block
+    }
+
+    fn count_held(&self, bytes: usize) {
+        self.metrics.blocks.get_or_create(&metrics::RAM).inc();
+        self.metrics
+            .bytes
+            .get_or_create(&metrics::RAM)
+            .inc_by(bytes as u64);
     }
 
     /// Bytes `start..end`, all inside block `index` of `meta`'s version, for a
@@ -359,7 +376,7 @@ impl ClusterReader {
             .lookup(&self.key(bucket, key, &meta.etag, index))
             .await
         {
-            self.metrics.blocks.get_or_create(&metrics::RAM).inc();
+            self.count_held(b.len());
             let off = index * bs;
             let hi = ((end - off) as usize).min(b.len());
             return Ok(b.slice(((start - off) as usize).min(hi)..hi));
@@ -369,14 +386,11 @@ impl ClusterReader {
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
         let _permit = self.budget.slots.clone().acquire_owned().await;
-        match self.fetcher.routed(req, index).await {
-            Ok((_, got, _)) if got.etag != meta.etag => Err(ReadError::Stale {
-                bucket: bucket.to_owned(),
-                key: key.to_owned(),
-            }),
-            Ok((bytes, _, source)) => {
-                self.fetcher.count(source, bytes.len());
-                Ok(bytes)
+        let (got, mut into) = Growing::<()>::new(Buffer::unpooled((end - start) as usize));
+        match self.fetcher.fill(&req, index, &mut into).await {
+            Ok(source) => {
+                self.fetcher.count(source, into.len());
+                Ok(got.slice(0, into.len()))
             }
             Err(StoreError::PreconditionFailed { .. }) => Err(ReadError::Stale {
                 bucket: bucket.to_owned(),

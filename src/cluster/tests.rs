@@ -193,6 +193,51 @@ async fn a_stalled_body_falls_back_to_the_origin_at_the_stall_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_body_cut_midway_is_resumed_from_the_next_node_for_the_rest_only() {
+    let r = Rig::new(3, |_| {});
+    r.ranked[0].always(Some(Fault::CutAfter(1000)));
+    let got = r.read0().await.unwrap();
+    assert_eq!(got, vec![7u8; BS as usize]);
+    assert_eq!(r.reader.metrics.failovers.get(), 1);
+    assert_eq!((r.ranked[0].gets(), r.ranked[1].gets()), (1, 1));
+    // The bytes that came stay; the next node sends what is missing.
+    assert!(r.ranked[0].body_bytes() > 0);
+    assert_eq!(r.ranked[0].body_bytes() + r.ranked[1].body_bytes(), BS);
+    assert_eq!(r.origin.gets(), 0);
+    // Cut there too: the origin sends the rest, once.
+    let r = Rig::new(3, |_| {});
+    r.ranked[0].always(Some(Fault::CutAfter(1000)));
+    r.ranked[1].always(Some(Fault::CutAfter(2000)));
+    let got = r.read0().await.unwrap();
+    assert_eq!(got, vec![7u8; BS as usize]);
+    assert_eq!(r.ranked[2].gets(), 0);
+    assert_eq!(r.origin.gets(), 1);
+    assert_eq!(
+        r.ranked[0].body_bytes() + r.ranked[1].body_bytes() + r.origin.body_bytes(),
+        BS
+    );
+    assert_eq!(r.fallbacks(Fallback::Error), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_inside_a_block_is_answered_before_the_block_has_arrived() {
+    let r = Rig::new(2, |c| c.timeouts.stall = Duration::from_secs(30));
+    // The owner sends the first 8 KiB, then nothing for 10 s, then the rest.
+    r.ranked[0].always(Some(Fault::StallAfter(8192)));
+    let h = r.reader.open(B, "k", Some(r.meta())).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), h.read_parts(100, 4000))
+        .await
+        .expect("answered from the bytes that came, not after the block")
+        .unwrap();
+    assert_eq!(first.concat(), vec![7u8; 4000]);
+    // Past what came, a read waits (here, for the stall deadline and the
+    // failover to the next node).
+    let rest = h.read_parts(BS - 10, 10).await.unwrap();
+    assert_eq!(rest.concat(), vec![7u8; 10]);
+    assert_eq!(r.ranked[1].gets(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_breaker_opens_after_failures_and_closes_after_its_cooldown() {
     let r = Rig::new(2, |c| {
         c.breaker.failures = 3;

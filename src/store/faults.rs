@@ -49,6 +49,8 @@ pub struct FaultStore<S> {
     plan: Mutex<Plan>,
     requests: AtomicU64,
     gets: AtomicU64,
+    /// Body bytes handed out.
+    sent: std::sync::Arc<AtomicU64>,
 }
 
 impl<S: ObjectStore> FaultStore<S> {
@@ -58,6 +60,7 @@ impl<S: ObjectStore> FaultStore<S> {
             plan: Mutex::new(Plan::default()),
             requests: AtomicU64::new(0),
             gets: AtomicU64::new(0),
+            sent: Default::default(),
         }
     }
 
@@ -83,6 +86,11 @@ impl<S: ObjectStore> FaultStore<S> {
     }
     pub fn gets(&self) -> u64 {
         self.gets.load(Relaxed)
+    }
+
+    /// Body bytes it has handed out (of GETs' bodies, as they were read).
+    pub fn body_bytes(&self) -> u64 {
+        self.sent.load(Relaxed)
     }
 
     fn fault(&self) -> Option<Fault> {
@@ -127,8 +135,18 @@ impl<S: ObjectStore> ObjectStore for FaultStore<S> {
         self.gets.fetch_add(1, Relaxed);
         let body_fault = self.before().await?;
         let mut resp = self.inner.get_range(req).await?;
+        let counted = self.sent.clone();
+        let count = move |c: Result<bytes::Bytes, StoreError>| {
+            if let Ok(b) = &c {
+                counted.fetch_add(b.len() as u64, Relaxed);
+            }
+            c
+        };
         let (limit, cut) = match body_fault {
-            None => return Ok(resp),
+            None => {
+                resp.body = Box::pin(resp.body.map(count));
+                return Ok(resp);
+            }
             Some(Body::StallAfter(n)) => (n, false),
             Some(Body::CutAfter(n)) => (n, true),
         };
@@ -142,6 +160,7 @@ impl<S: ObjectStore> ObjectStore for FaultStore<S> {
         let upto =
             body.take_while(|c| std::future::ready(c.as_ref().map_or(true, |b| !b.is_empty())));
         let endpoint = self.inner.name().to_owned();
+        let upto = upto.map(count);
         resp.body = if cut {
             // What fits under the limit, then a reset.
             Box::pin(upto.chain(futures_util::stream::once(async move {

@@ -10,6 +10,7 @@
 //! ([`collect`]). A store answers with [`StoreError`]: what the service said, or
 //! why it could not be asked.
 
+mod body;
 mod error;
 pub mod faults;
 pub mod memory;
@@ -21,6 +22,7 @@ mod types;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+pub use body::{Body, BodyResponse};
 pub use error::{Deadline, StoreError};
 pub use stall::stall_guard;
 pub use types::{
@@ -37,6 +39,12 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn head(&self, req: &GetObject) -> Result<ObjectMeta, StoreError>;
     /// `GET` of an object or a range of it, streamed, honouring `If-Match`.
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError>;
+    /// [`get_range`](Self::get_range) with the body to be read into the caller's
+    /// buffer ([`Body::read`]): a store that can put its bytes there without a
+    /// copy in between says so here.
+    async fn get_body(&self, req: &GetObject) -> Result<BodyResponse, StoreError> {
+        self.get_range(req).await.map(BodyResponse::from)
+    }
     /// One page of `ListObjectsV2`.
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError>;
     /// `HEAD` of a bucket: whether it is there (a HEAD of an object answers a
@@ -55,6 +63,9 @@ impl<T: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<T> {
     }
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
         (**self).get_range(req).await
+    }
+    async fn get_body(&self, req: &GetObject) -> Result<BodyResponse, StoreError> {
+        (**self).get_body(req).await
     }
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
         (**self).list_page(req).await
@@ -81,7 +92,8 @@ pub async fn collect(resp: GetResponse) -> Result<Bytes, StoreError> {
     Ok(buf.freeze())
 }
 
-/// Where a GET's body goes as it arrives ([`get_into`]).
+/// Where a GET's body goes as it arrives ([`get_into`]): a buffer the body is
+/// read into.
 pub trait BodySink {
     type Error: From<StoreError>;
     /// A request is about to go out: the first, or one resuming a cut body.
@@ -91,15 +103,18 @@ pub trait BodySink {
     fn begin(&mut self, _meta: &ObjectMeta, _start: u64, _end: u64) -> Result<(), Self::Error> {
         Ok(())
     }
-    fn chunk(&mut self, c: Bytes);
+    /// Room for the next bytes of the body (at least as much as is still to come).
+    fn spare(&mut self) -> &mut [u8];
+    /// The next `n` bytes of [`spare`](Self::spare) were written.
+    fn commit(&mut self, n: usize);
 }
 
-/// `GET` of `req`, its body handed to `sink` chunk by chunk. A body cut off midway
-/// is resumed from where it stopped (a ranged GET for the rest, pinned to the ETag
-/// first seen, so the bytes are of one version), up to `attempts` requests in all;
-/// a resume that fails for a passing reason counts as one of them. An error
-/// before any byte (a 412, a 404) is the answer. Returns what the first answer
-/// said of the object and the span its body covered.
+/// `GET` of `req`, its body read into `sink` as it arrives. A body cut off
+/// midway is resumed from where it stopped (a ranged GET for the rest, pinned to
+/// the ETag first seen, so the bytes are of one version), up to `attempts`
+/// requests in all; a resume that fails for a passing reason counts as one of
+/// them. An error before any byte (a 412, a 404) is the answer. Returns what the
+/// first answer said of the object and the span its body covered.
 pub async fn get_into<S: BodySink>(
     store: &dyn ObjectStore,
     req: &GetObject,
@@ -107,7 +122,7 @@ pub async fn get_into<S: BodySink>(
     sink: &mut S,
 ) -> Result<(ObjectMeta, u64, u64), S::Error> {
     sink.request();
-    let first = store.get_range(req).await?;
+    let first = store.get_body(req).await?;
     let meta = first.meta.clone();
     let (start, end) = (first.start, first.end);
     sink.begin(&meta, start, end)?;
@@ -117,18 +132,21 @@ pub async fn get_into<S: BodySink>(
     loop {
         let mut cut = None;
         if let Some(mut b) = body.take() {
-            while let Some(chunk) = b.next().await {
-                match chunk {
-                    Ok(c) if at + c.len() as u64 > end => {
-                        return Err(StoreError::Protocol {
-                            endpoint: store.name().to_owned(),
-                            message: format!("body runs past its range {start}..{end}"),
-                        }
-                        .into())
+            while at < end {
+                let room = sink.spare();
+                let want = room.len().min((end - at) as usize);
+                if want == 0 {
+                    return Err(StoreError::Protocol {
+                        endpoint: store.name().to_owned(),
+                        message: format!("no room for the body of {start}..{end} at {at}"),
                     }
-                    Ok(c) => {
-                        at += c.len() as u64;
-                        sink.chunk(c);
+                    .into());
+                }
+                match b.read(&mut room[..want]).await {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        at += n as u64;
+                        sink.commit(n);
                     }
                     Err(e) => {
                         cut = Some(e);
@@ -158,7 +176,7 @@ pub async fn get_into<S: BodySink>(
             rest.range = Some(ByteRange::span(at, end));
             rest.if_match = Some(meta.etag.clone());
             sink.request();
-            match store.get_range(&rest).await {
+            match store.get_body(&rest).await {
                 Ok(resp) if resp.start != at || resp.end != end || resp.meta.etag != meta.etag => {
                     return Err(StoreError::Protocol {
                         endpoint: store.name().to_owned(),
@@ -186,20 +204,30 @@ pub async fn get_bytes(
     req: &GetObject,
     attempts: u32,
 ) -> Result<(ObjectMeta, Bytes), StoreError> {
-    struct Collect(bytes::BytesMut);
+    struct Collect {
+        buf: Vec<u8>,
+        at: usize,
+    }
     impl BodySink for Collect {
         type Error = StoreError;
         fn begin(&mut self, _: &ObjectMeta, start: u64, end: u64) -> Result<(), StoreError> {
-            self.0.reserve((end - start) as usize);
+            self.buf = vec![0u8; (end - start) as usize];
             Ok(())
         }
-        fn chunk(&mut self, c: Bytes) {
-            self.0.extend_from_slice(&c);
+        fn spare(&mut self) -> &mut [u8] {
+            &mut self.buf[self.at..]
+        }
+        fn commit(&mut self, n: usize) {
+            self.at += n;
         }
     }
-    let mut sink = Collect(bytes::BytesMut::new());
+    let mut sink = Collect {
+        buf: Vec::new(),
+        at: 0,
+    };
     let (meta, _, _) = get_into(store, req, attempts, &mut sink).await?;
-    Ok((meta, sink.0.freeze()))
+    sink.buf.truncate(sink.at);
+    Ok((meta, Bytes::from(sink.buf)))
 }
 
 /// Every page of a listing, concatenated.

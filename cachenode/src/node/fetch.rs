@@ -1,15 +1,16 @@
 //! [`Source`]: where a block the tiers lack comes from. One origin fetch, a ranged
-//! GET of the whole node block with `If-Match`, its bytes pushed as they arrive
-//! into the tiers' growing block and a cut body resumed
-//! ([`shoal::store::get_into`]); or, on a gateway, the block's owner node through
-//! the cluster reader (with its failover, hedging, breaker and origin fallback).
+//! GET of the whole node block with `If-Match`, its body read as it arrives into
+//! the tiers' growing block (straight off the socket from a plain-HTTP origin)
+//! and a cut body resumed ([`shoal::store::get_into`]); or, on a gateway, the
+//! block's owner node through the cluster reader (with its failover, hedging,
+//! breaker and origin fallback).
 //! Also the origin's other answers the node needs: HEADs, and the side read of a
 //! small range deep in a cold block.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use shoal::blocks::{Arriving, BlockKey};
+use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
 use shoal::store::{
     get_into, BodySink, ByteRange, GetObject, GetResponse, ObjectMeta, ObjectStore, StoreError,
@@ -57,12 +58,12 @@ pub struct Source {
 }
 
 /// The origin's bytes of one block as they come: checked against the block asked
-/// for before any is kept, counted, and pushed to its readers.
+/// for before any is kept, counted, and written where its readers read them.
 struct IntoBlock<'a> {
     bk: &'a BlockKey,
     /// The block's length, when the object's size is known.
     want: Option<u64>,
-    growing: &'a Arriving<NodeError>,
+    into: &'a mut Fill<NodeError>,
     metrics: &'a Metrics,
 }
 
@@ -91,9 +92,13 @@ impl BodySink for IntoBlock<'_> {
         Ok(())
     }
 
-    fn chunk(&mut self, c: Bytes) {
-        self.metrics.origin_bytes.inc_by(c.len() as u64);
-        self.growing.push(c);
+    fn spare(&mut self) -> &mut [u8] {
+        self.into.spare()
+    }
+
+    fn commit(&mut self, n: usize) {
+        self.metrics.origin_bytes.inc_by(n as u64);
+        self.into.commit(n);
     }
 }
 
@@ -121,25 +126,31 @@ impl Source {
         }
     }
 
-    /// Block `bk` of `meta`'s version into `g`: from its owner when `forward`,
-    /// else from the origin.
+    /// Block `bk` of `meta`'s version into `into`: from its owner when
+    /// `forward`, else from the origin.
     pub async fn fetch(
         &self,
         bk: &BlockKey,
         meta: &ObjectMeta,
         forward: bool,
         via: Via,
-        g: &Arriving<NodeError>,
+        into: &mut Fill<NodeError>,
     ) -> Result<(), NodeError> {
         if forward {
-            g.push(self.owner_block(bk, meta, via).await?);
-            Ok(())
+            let data = self.owner_block(bk, meta, via).await?;
+            into.push(&data).map_err(|_| NodeError::BadBlock {
+                index: bk.index,
+                got: data.len() as u64,
+                got_etag: meta.etag.clone(),
+                want: into.remaining() as u64,
+                want_etag: bk.etag.to_string(),
+            })
         } else {
-            self.origin_block(bk, Some(meta.size), g).await.map(drop)
+            self.origin_block(bk, Some(meta.size), into).await.map(drop)
         }
     }
 
-    /// Block `bk` from the origin into `g` with `If-Match`, resumed if cut. Without
+    /// Block `bk` from the origin into `into` with `If-Match`, resumed if cut. Without
     /// the object's size the range is open-ended past the block and the answer's
     /// `Content-Range` says how long the object is; returns what the origin said
     /// of the version.
@@ -147,7 +158,7 @@ impl Source {
         &self,
         bk: &BlockKey,
         size: Option<u64>,
-        g: &Arriving<NodeError>,
+        into: &mut Fill<NodeError>,
     ) -> Result<ObjectMeta, NodeError> {
         let start = bk.start();
         let want = size.map(|s| (start + bk.block_size).min(s).saturating_sub(start));
@@ -162,7 +173,7 @@ impl Source {
         let mut sink = IntoBlock {
             bk,
             want,
-            growing: g,
+            into,
             metrics: &self.metrics,
         };
         let (meta, _, _) = get_into(&*self.origin, &req, self.attempts, &mut sink).await?;

@@ -247,10 +247,12 @@ impl Node {
         }
         let bk = Node::block_key(bucket, key, etag, index, policy.block_size);
         let me = self.clone();
+        // The object's size is what this fetch learns: room for a whole block.
+        let len = policy.block_size as usize;
         let block = self
             .tiers
-            .flight(bk.clone(), false, true, move |g| async move {
-                let meta = me.source.origin_block(&bk, None, &g).await?;
+            .flight(bk.clone(), false, true, len, move |mut into| async move {
+                let meta = me.source.origin_block(&bk, None, &mut into).await?;
                 me.versions.remember(&bk.bucket, &bk.key, &meta);
                 Ok(())
             });

@@ -96,13 +96,17 @@ impl Node {
         let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
         let forward = self.source.forwards(via, bucket, key, index * bs);
         let fill = self.policy(bucket, key).cache;
+        let len = ((index + 1) * bs).min(meta.size).saturating_sub(index * bs) as usize;
         let (source, meta, bk2) = (self.source.clone(), meta.clone(), bk.clone());
         // A fetch started for a request is that request's, wherever it runs.
         let asker = crate::access::trace::current();
         self.tiers
-            .open(bk, forward, fill, move |g| async move {
-                crate::access::trace::scope(asker, source.fetch(&bk2, &meta, forward, via, &g))
-                    .await
+            .open(bk, forward, fill, len, move |mut into| async move {
+                crate::access::trace::scope(
+                    asker,
+                    source.fetch(&bk2, &meta, forward, via, &mut into),
+                )
+                .await
             })
             .await
     }

@@ -20,8 +20,10 @@
 //! reads keep blocks in flight from `read_window` up, doubling while throughput
 //! still rises, to the in-flight budget; reads the kernel sends out of order on
 //! its threads stay one run; a random read starts over, keeping the limit
-//! learned), and asks the cluster reader for the bytes: whole blocks for a
-//! sequential run, just the range for a random read inside one block.
+//! learned), and asks the cluster reader for the bytes: slices of whole blocks
+//! for a sequential run, each answered as soon as its own bytes have arrived
+//! (the reply goes out from the block's buffers), just the range for a random
+//! read inside one block.
 //! Errno lives in one place, [`error`].
 
 mod error;
@@ -265,13 +267,14 @@ impl Fs {
         })
     }
 
-    /// `size` bytes at `offset` of open file `fh`.
-    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
+    /// `size` bytes at `offset` of open file `fh`, as the buffers they are in
+    /// (one per block the read touches; none at the end of the file).
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<Bytes>, FsError> {
         let f = self.handles.file(fh).ok_or(FsError::BadHandle)?;
         let bs = self.reader.block_size();
         let end = (offset + size as u64).min(f.handle.meta().size);
         if offset >= end {
-            return Ok(Bytes::new());
+            return Ok(Vec::new());
         }
         let base = self.reader.read_window() as u64;
         let budget = self.reader.inflight_limit() as u64;
@@ -286,14 +289,18 @@ impl Fs {
         }
         self.stats.reads.fetch_add(1, Relaxed);
         let read = if sequential {
-            f.handle.read(offset, end - offset).await
+            f.handle.read_parts(offset, end - offset).await
         } else {
-            f.handle.read_random(offset, end - offset).await
+            f.handle
+                .read_random(offset, end - offset)
+                .await
+                .map(|b| vec![b])
         };
         match read {
-            Ok(b) => {
-                self.stats.read_bytes.fetch_add(b.len() as u64, Relaxed);
-                Ok(b)
+            Ok(parts) => {
+                let n: usize = parts.iter().map(Bytes::len).sum();
+                self.stats.read_bytes.fetch_add(n as u64, Relaxed);
+                Ok(parts)
             }
             Err(e) => {
                 let err = FsError::from(e);

@@ -96,6 +96,12 @@ async fn opendir(fs: &Arc<Fs>, ino: u64) -> Result<Vec<DirEntry>, FsError> {
     Ok(entries)
 }
 
+/// A read's parts, joined.
+async fn read_joined(fs: &Fs, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
+    let parts = fs.read(fh, offset, size).await?;
+    Ok(Bytes::from(parts.concat()))
+}
+
 #[tokio::test]
 async fn namespace_from_listings() {
     let (origin, fs) = setup("pre/").await;
@@ -202,7 +208,7 @@ async fn reads_and_readahead() {
     assert!(!o.keep_cache, "first open has nothing cached");
     let mut off = 0u64;
     while off < body.len() as u64 {
-        let got = fs.read(o.fh, off, 131072).await.unwrap();
+        let got = read_joined(&fs, o.fh, off, 131072).await.unwrap();
         assert_eq!(&got[..], &body[off as usize..(off as usize + got.len())]);
         off += got.len() as u64;
     }
@@ -210,15 +216,17 @@ async fn reads_and_readahead() {
         fs.stats.readahead_blocks.load(Relaxed) > 0,
         "sequential reads fetch ahead"
     );
-    assert!(fs
-        .read(o.fh, body.len() as u64, 10)
+    assert!(read_joined(&fs, o.fh, body.len() as u64, 10)
         .await
         .unwrap()
         .is_empty());
     fs.release(o.fh);
     // Same version: keep the page cache.
     assert!(fs.open(a.ino).await.unwrap().keep_cache);
-    assert!(matches!(fs.read(9999, 0, 1).await, Err(FsError::BadHandle)));
+    assert!(matches!(
+        read_joined(&fs, 9999, 0, 1).await,
+        Err(FsError::BadHandle)
+    ));
     assert!(matches!(fs.open(ROOT).await, Err(FsError::IsDir)));
 }
 
@@ -228,14 +236,14 @@ async fn a_changed_object_fails_its_open_handle_with_estale() {
     origin.put("shoal-test", "v", Bytes::from(vec![1u8; 3_000_000]));
     let a = fs.lookup(ROOT, "v").await.unwrap();
     let o = fs.open(a.ino).await.unwrap();
-    assert_eq!(fs.read(o.fh, 0, 10).await.unwrap()[0], 1);
+    assert_eq!(read_joined(&fs, o.fh, 0, 10).await.unwrap()[0], 1);
     origin.put("shoal-test", "v", Bytes::from(vec![2u8; 3_000_000]));
-    let e = fs.read(o.fh, 2_500_000, 10).await.unwrap_err();
+    let e = read_joined(&fs, o.fh, 2_500_000, 10).await.unwrap_err();
     assert_eq!(e.errno(), libc::ESTALE, "{e}");
     // The next open sees the new version, and the page cache is dropped.
     let o2 = fs.open(a.ino).await.unwrap();
     assert!(!o2.keep_cache);
-    assert_eq!(fs.read(o2.fh, 2_500_000, 10).await.unwrap()[0], 2);
+    assert_eq!(read_joined(&fs, o2.fh, 2_500_000, 10).await.unwrap()[0], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +263,7 @@ async fn files_opened_in_listing_order_are_fetched_ahead() {
             for (i, name) in names {
                 let a = fs.lookup(dir, &name).await.unwrap();
                 let h = fs.open(a.ino).await.unwrap();
-                let got = fs.read(h.fh, 0, 1 << 20).await.unwrap();
+                let got = read_joined(fs, h.fh, 0, 1 << 20).await.unwrap();
                 assert_eq!(got, body(d, i), "{d}/{name}");
                 fs.release(h.fh);
             }
@@ -359,7 +367,7 @@ async fn a_walk_down_a_tree_continues_into_each_directory() {
         let files = opendir(&fs, d.ino).await.unwrap();
         for f in files.iter() {
             let h = fs.open(f.ino).await.unwrap();
-            let got = fs.read(h.fh, 0, 100).await.unwrap();
+            let got = read_joined(&fs, h.fh, 0, 100).await.unwrap();
             assert_eq!(got, format!("v/{}/{}", d.name, f.name));
             fs.release(h.fh);
         }

@@ -173,6 +173,25 @@ impl S3Client {
     /// expired token is refreshed and the request sent again once; a bucket found
     /// in another region is followed once (AWS endpoints) or named in the error.
     pub(super) async fn execute(&self, call: Call<'_>) -> Result<reqwest::Response, StoreError> {
+        match self.execute_via(&call, Via::Pooled).await? {
+            Sent::Pooled(r) => Ok(r),
+            Sent::Socket(_) => unreachable!("sent on the pool"),
+        }
+    }
+
+    /// A GET by [`Self::execute`]'s rules, on the socket transport: its answer's
+    /// body is still on the connection.
+    pub(super) async fn execute_socket(
+        &self,
+        call: Call<'_>,
+    ) -> Result<super::socket::Answer, StoreError> {
+        match self.execute_via(&call, Via::Socket).await? {
+            Sent::Socket(a) => Ok(a),
+            Sent::Pooled(_) => unreachable!("sent on a socket"),
+        }
+    }
+
+    async fn execute_via(&self, call: &Call<'_>, via: Via) -> Result<Sent, StoreError> {
         let policy = self.inner.opts.retry;
         let max = if call.retry {
             policy.max_attempts.max(1)
@@ -184,7 +203,14 @@ impl S3Client {
         loop {
             attempt += 1;
             let creds = self.credentials().await?;
-            match self.attempt(&call, creds.as_ref()).await {
+            let sent = match via {
+                Via::Pooled => self.attempt(call, creds.as_ref()).await.map(Sent::Pooled),
+                Via::Socket => self
+                    .attempt_socket(call, creds.as_ref())
+                    .await
+                    .map(Sent::Socket),
+            };
+            match sent {
                 Ok(r) => return Ok(r),
                 Err(StoreError::ExpiredToken { .. }) if !refreshed && creds.is_some() => {
                     refreshed = true;
@@ -328,13 +354,7 @@ impl S3Client {
             .body(call.body.clone());
         let first_byte = inner.opts.timeouts.first_byte;
         let resp = match tokio::time::timeout(first_byte, req.send()).await {
-            Err(_) => {
-                return Err(StoreError::Timeout {
-                    endpoint: inner.label.clone(),
-                    deadline: Deadline::FirstByte,
-                    after: first_byte,
-                })
-            }
+            Err(_) => return Err(self.first_byte_timeout()),
             Ok(Err(e)) => {
                 return Err(transport_error(
                     &inner.label,
@@ -348,11 +368,6 @@ impl S3Client {
         if status.is_success() || (call.raw && !may_be_ours(status)) {
             return Ok(resp);
         }
-        let ctx = ErrorContext {
-            bucket: call.bucket,
-            key: call.key,
-            range: call.range.as_deref(),
-        };
         let resp_headers = resp.headers().clone();
         let body = if status == StatusCode::NOT_MODIFIED || call.method == Method::HEAD {
             Bytes::new()
@@ -361,29 +376,103 @@ impl S3Client {
                 .await
                 .unwrap_or_default()
         };
-        let parsed = xml::parse_error(&body);
-        if let Some(e) =
-            self.wrong_region(call, status, &resp_headers, parsed.code.as_deref(), &body)
+        let e = self.error_answer(call, status, &resp_headers, &body);
+        if call.raw
+            && !matches!(
+                e,
+                StoreError::ExpiredToken { .. } | StoreError::WrongRegion { .. }
+            )
         {
-            return Err(e);
-        }
-        let refreshable = inner.creds.as_ref().is_some_and(|c| c.refreshes());
-        if call.method == Method::HEAD && status == StatusCode::BAD_REQUEST && refreshable {
-            // A HEAD has no error body to name ExpiredToken by, and S3 answers an
-            // expired token with a bare 400: worth one refresh.
-            return Err(StoreError::ExpiredToken {
-                code: "Http400".into(),
-                message: "a HEAD answered 400 with no body, as for an expired token".into(),
-            });
-        }
-        let mut e = from_response(status.as_u16(), parsed.code, parsed.message, &ctx);
-        if call.raw && !matches!(e, StoreError::ExpiredToken { .. }) {
             // Not about our credentials or region: the asker gets it as it came.
             let mut back = http::Response::new(reqwest::Body::from(body));
             *back.status_mut() = status;
             *back.headers_mut() = resp_headers;
             return Ok(reqwest::Response::from(back));
         }
+        Err(self.with_hint(e, call))
+    }
+
+    /// [`Self::attempt`] for a GET on the socket transport.
+    async fn attempt_socket(
+        &self,
+        call: &Call<'_>,
+        creds: Option<&AwsCredentials>,
+    ) -> Result<super::socket::Answer, StoreError> {
+        let inner = &*self.inner;
+        let sockets = inner.sockets.as_ref().expect("a socket transport");
+        let (url, host) = self.url(call.bucket, call.key, &call.query);
+        let headers = self.headers(call, &url, &host, creds)?;
+        let ep = &inner.opts.endpoint;
+        let port = ep.port_or_known_default().unwrap_or(80);
+        let authority = match ep.host() {
+            Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
+            Some(h) => format!("{h}:{port}"),
+            None => return Err(self.protocol(format!("no host in {ep}"))),
+        };
+        // What follows the authority in the URL: the encoded path and query.
+        let path = url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or("/");
+        let first_byte = inner.opts.timeouts.first_byte;
+        let answer =
+            tokio::time::timeout(first_byte, sockets.get(&authority, &host, path, &headers))
+                .await
+                .map_err(|_| self.first_byte_timeout())??;
+        let status = StatusCode::from_u16(answer.status)
+            .map_err(|_| self.protocol(format!("status {}", answer.status)))?;
+        if status.is_success() {
+            return Ok(answer);
+        }
+        let body = if status == StatusCode::NOT_MODIFIED {
+            Vec::new()
+        } else {
+            answer.body.small().await
+        };
+        let e = self.error_answer(call, status, &answer.headers, &body);
+        Err(self.with_hint(e, call))
+    }
+
+    fn first_byte_timeout(&self) -> StoreError {
+        StoreError::Timeout {
+            endpoint: self.inner.label.clone(),
+            deadline: Deadline::FirstByte,
+            after: self.inner.opts.timeouts.first_byte,
+        }
+    }
+
+    /// What an error answer (`status`, its head and small body) means.
+    fn error_answer(
+        &self,
+        call: &Call<'_>,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> StoreError {
+        let parsed = xml::parse_error(body);
+        if let Some(e) = self.wrong_region(call, status, headers, parsed.code.as_deref(), body) {
+            return e;
+        }
+        let refreshable = self.inner.creds.as_ref().is_some_and(|c| c.refreshes());
+        if call.method == Method::HEAD && status == StatusCode::BAD_REQUEST && refreshable {
+            // A HEAD has no error body to name ExpiredToken by, and S3 answers an
+            // expired token with a bare 400: worth one refresh.
+            return StoreError::ExpiredToken {
+                code: "Http400".into(),
+                message: "a HEAD answered 400 with no body, as for an expired token".into(),
+            };
+        }
+        let ctx = ErrorContext {
+            bucket: call.bucket,
+            key: call.key,
+            range: call.range.as_deref(),
+        };
+        from_response(status.as_u16(), parsed.code, parsed.message, &ctx)
+    }
+
+    /// A refusal that may be the bucket's requester-pays setting says so.
+    fn with_hint(&self, mut e: StoreError, call: &Call<'_>) -> StoreError {
+        let inner = &*self.inner;
         if let StoreError::AccessDenied { message } = &mut e {
             if !inner.opts.request.requester_pays
                 && !call.bucket.is_empty()
@@ -394,7 +483,7 @@ impl S3Client {
                 );
             }
         }
-        Err(e)
+        e
     }
 
     /// A 301, or a 400 naming another region, for a bucket signed for this one.
@@ -427,6 +516,19 @@ impl S3Client {
             signed_for,
         })
     }
+}
+
+/// Which transport a request goes on.
+#[derive(Clone, Copy)]
+enum Via {
+    Pooled,
+    Socket,
+}
+
+/// An answer, from either transport.
+enum Sent {
+    Pooled(reqwest::Response),
+    Socket(super::socket::Answer),
 }
 
 /// An error status a passed-through request may owe to this client's own

@@ -5,7 +5,9 @@
 //! requests are retried with jittered exponential backoff on 5xx, throttling and
 //! transport errors. Keys are sent bytes-exact. One file per operation family
 //! (`object.rs`, `list.rs`, `write.rs`); all of them go through one call builder
-//! (`call.rs`); S3's error answers are mapped in `errors.rs`.
+//! (`call.rs`); S3's error answers are mapped in `errors.rs`. GETs whose bodies
+//! go into a caller's buffer take `socket.rs` where the endpoint is plain HTTP
+//! with no proxy between.
 
 mod call;
 mod encode;
@@ -14,6 +16,7 @@ mod list;
 mod object;
 mod options;
 mod sign;
+mod socket;
 mod write;
 mod xml;
 
@@ -32,6 +35,7 @@ pub use options::{
     Addressing, RequestOptions, RetryPolicy, S3ClientOptions, SseCustomerKey, Timeouts,
 };
 pub use sign::{Payload, Signer};
+pub use socket::SocketBody;
 
 /// The parsers of what an S3 server sends back, public so that the fuzz targets
 /// reach exactly the code the client runs.
@@ -58,6 +62,9 @@ pub struct S3Client {
 
 struct Inner {
     http: reqwest::Client,
+    /// Connections for GETs read straight into a caller's buffer; `None` where
+    /// the endpoint is reached through TLS, a proxy, or AWS's region routing.
+    sockets: Option<Arc<socket::Sockets>>,
     opts: S3ClientOptions,
     /// `None`: anonymous, unsigned.
     creds: Option<Arc<CredentialSource>>,
@@ -93,15 +100,29 @@ impl S3Client {
                 .map_err(failed)?,
             ),
         };
+        let sockets = plain_http(&opts).then(|| {
+            Arc::new(socket::Sockets::new(
+                opts.pool_idle_per_host,
+                opts.timeouts.connect,
+                opts.timeouts.stall,
+                label.clone(),
+            ))
+        });
         Ok(S3Client {
             inner: Arc::new(Inner {
                 http,
+                sockets,
                 opts,
                 creds,
                 label,
                 regions: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// Whether GETs into a caller's buffer are read straight off the socket.
+    pub fn reads_sockets(&self) -> bool {
+        self.inner.sockets.is_some()
     }
 
     pub fn endpoint(&self) -> &str {
@@ -237,10 +258,28 @@ impl ObjectStore for S3Client {
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError> {
         self.get_object(req).await
     }
+    async fn get_body(&self, req: &GetObject) -> Result<super::BodyResponse, StoreError> {
+        self.get_object_body(req).await
+    }
     async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
         self.list_objects_v2(req).await
     }
     async fn head_bucket(&self, bucket: &str) -> Result<(), StoreError> {
         S3Client::head_bucket(self, bucket).await
     }
+}
+
+/// Whether `opts` reach their endpoint over plain HTTP with no proxy and no
+/// region routing: what the socket transport can carry.
+fn plain_http(opts: &S3ClientOptions) -> bool {
+    use crate::net::Proxy;
+    let proxied = match &opts.network.proxy {
+        Proxy::Off => false,
+        Proxy::Url(_) => true,
+        // What reqwest would read for an http:// URL.
+        Proxy::FromEnv => ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty())),
+    };
+    opts.endpoint.scheme() == "http" && !proxied && opts.aws.is_none()
 }

@@ -36,6 +36,34 @@ impl S3Client {
         })
     }
 
+    /// `GET` of an object or a range of it, its body to be read into the caller's
+    /// buffer: straight off the socket where the endpoint allows it, else as
+    /// [`Self::get_object`]'s chunks.
+    pub async fn get_object_body(
+        &self,
+        req: &GetObject,
+    ) -> Result<crate::store::BodyResponse, StoreError> {
+        if self.inner.sockets.is_none() {
+            return self.get_object(req).await.map(Into::into);
+        }
+        let call = self.object_call(Method::GET, req)?;
+        let answer = self.execute_socket(call).await?;
+        crate::store::seen::saw(&answer.headers);
+        let (meta, start, end) = self.meta_from_headers(&answer.headers)?;
+        if answer.body.remaining() != end - start {
+            return Err(self.protocol(format!(
+                "a body of {} bytes for the range {start}..{end}",
+                answer.body.remaining()
+            )));
+        }
+        Ok(crate::store::BodyResponse {
+            meta,
+            start,
+            end,
+            body: crate::store::Body::Socket(answer.body),
+        })
+    }
+
     /// A presigned GET URL for `bucket/key`, valid for `expires`.
     pub async fn presign_get(
         &self,
