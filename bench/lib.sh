@@ -5,12 +5,14 @@ bin="$root/target/release"
 work=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 pids=()
 node_pids=()
+node_addrs=()
 mounts=()
 cleanup() {
   for m in "${mounts[@]}"; do fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  restore_memory
+  rm -rf "$work" /dev/shm/shoal-bench-prefault
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -89,15 +91,49 @@ load() {
     | sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p'
 }
 
-# drop_cache: empties the kernel page cache so reads go to the filesystem. Needs
-# root; without it every "cold" or "warm" figure would be a page-cache read, so
-# it stops the bench rather than go on.
+# Free page reporting (virtio-balloon): on a VM whose host takes back the pages
+# the guest frees, the next process to touch such a page pays the host's fault.
+# After drop_cache that is the FUSE daemon filling the page cache: measured here,
+# it doubles to triples a daemon's CPU per byte, more than anything the daemon
+# does itself, and lands on whichever contender runs first. So while a bench runs
+# the reporting waits as long as the kernel lets it (restored at exit), and
+# drop_cache touches the memory the next read will use, so that every contender
+# finds it backed (prefault). Machines without it are left as they are.
+report_dir=/sys/module/page_reporting/parameters
+saved_reporting=()
+steady_memory() {
+  [ -d "$report_dir" ] || return 0
+  local p v
+  for p in page_reporting_order min_free_ms; do
+    [ -w "$report_dir/$p" ] && saved_reporting+=("$p=$(cat "$report_dir/$p")")
+  done
+  [ ${#saved_reporting[@]} -gt 0 ] || return 0
+  # The largest order the kernel takes, and the longest wait.
+  echo 10 >"$report_dir/page_reporting_order" 2>/dev/null || true
+  for v in 100000 60000 10000; do echo "$v" >"$report_dir/min_free_ms" 2>/dev/null && break; done
+  echo "free page reporting held back while the bench runs (was ${saved_reporting[*]}; restored at exit)" >&2
+}
+restore_memory() {
+  local kv
+  for kv in "${saved_reporting[@]}"; do echo "${kv#*=}" >"$report_dir/${kv%%=*}" 2>/dev/null || true; done
+}
+# prefault MIB: touches MIB MiB of memory and frees it again.
+prefault() {
+  head -c "${1}M" /dev/zero >/dev/shm/shoal-bench-prefault 2>/dev/null || true
+  rm -f /dev/shm/shoal-bench-prefault
+}
+
+# drop_cache: empties the kernel page cache so reads go to the filesystem, then
+# touches $PREFAULT_MB (twice $SIZE_MB, else 1024) MiB so the next read's pages
+# are backed (see steady_memory). Needs root; without it every "cold" or "warm"
+# figure would be a page-cache read, so it stops the bench rather than go on.
 drop_cache() {
   sync
   echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || {
     echo "drop_cache: cannot drop the page cache (not root?): cold and warm figures would be page-cache reads" >&2
     exit 1
   }
+  prefault "${PREFAULT_MB:-$(( ${SIZE_MB:-512} * 2 ))}"
 }
 
 # dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks (on $READER_CPUS if set).
@@ -118,6 +154,24 @@ cpu_ticks() {
     t=$((t + ${12} + ${13}))
   done
   echo "$t"
+}
+
+# cpu_run OUT CMD...: runs CMD with its stdout into file OUT; prints the user +
+# system CPU milliseconds it and its children used.
+cpu_run() {
+  local out=$1; shift
+  python3 - "$out" "$@" <<'PY'
+import resource, subprocess, sys
+with open(sys.argv[1], "wb") as out:
+    subprocess.run(sys.argv[2:], stdout=out, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(int((r.ru_utime + r.ru_stime) * 1000))
+PY
+}
+
+# ms_of_gib MS BYTES: CPU milliseconds (not ticks) per GiB moved.
+ms_of_gib() {
+  awk -v t="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.0f", t / (n / 1073741824); else print "n/a" }'
 }
 
 # ms_per_gib TICKS BYTES: CPU milliseconds per GiB moved.
@@ -154,7 +208,7 @@ wait_mounted() {
 start_slow_cluster() {
   start_origin "$work/seed" --first-byte-delay-ms "$LATENCY_MS" --bandwidth "$BW"
   local ids=() i list origin_toml
-  for i in 1 2 3; do start_node "n$i"; ids+=("\"$node\""); done
+  for i in 1 2 3; do start_node "n$i"; ids+=("\"$node\""); node_addrs+=("$node"); done
   origin_toml="[origin]
 endpoint = \"http://$origin\"
 [origin.credentials]

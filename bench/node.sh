@@ -1,62 +1,132 @@
 #!/usr/bin/env bash
-# RAM-hit throughput of one shoal-node serving 1 MiB ranges to 8 concurrent
-# clients, against nginx as a slice-caching proxy (slice 1m, proxy_cache_lock on)
-# in front of the same origin, both warm, and against reading the origin directly.
-# Everything runs on this machine in one run; the ratios are what to read.
+# One shoal-node beside nginx on the same bytes and the same origin, in one run.
+# Each server is pinned to core $SERVICE_CPUS (0) and its client (s3_load, $CONC
+# connections of 1 MiB ranged GETs) to $READER_CPUS (1), as if they were other
+# hosts; each pass prints MB/s and the server's CPU milliseconds per GiB served
+# (user + system of all its processes, /proc/PID/stat), a figure that does not
+# depend on what else runs.
+#
+# - cold: every block once, the first time it is asked for: a node in front of
+#   the origin, against nginx as a caching proxy (proxy_cache, slice 1m,
+#   proxy_cache_lock) in front of the same origin.
+# - warm: a node answering from its RAM tier, against nginx serving the file
+#   itself from the page cache with sendfile (and the warm caching proxy).
+# - the test origin (in-memory s3s) read directly, for reference.
+#
+# The origin of the cold passes is nginx serving the file with sendfile (its
+# own CPU is not counted); a node signs its requests, which nginx ignores.
+# Knobs: SIZE_MB (1024), SECONDS_EACH (5), CONC (8).
 source "$(dirname "$0")/lib.sh"
-SIZE_MB=${SIZE_MB:-256}
+SIZE_MB=${SIZE_MB:-1024}
 SECONDS_EACH=${SECONDS_EACH:-5}
 CONC=${CONC:-8}
+SERVICE_CPUS=${SERVICE_CPUS:-0}
+READER_CPUS=${READER_CPUS:-1}
+export ORIGIN_CPUS=$SERVICE_CPUS NODE_CPUS=$SERVICE_CPUS
 
 command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; }
 build
-mkdir -p "$work/seed"
-head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/obj.bin"
+steady_memory
 size=$((SIZE_MB * 1024 * 1024))
+mkdir -p "$work/seed" "$work/static/bench"
+head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/obj.bin"
+cp "$work/seed/obj.bin" "$work/static/bench/obj.bin"
+# The test origin (the reference pass), with the same object.
 start_origin "$work/seed"
-start_node n1
+test_origin=$origin
 
-nport=$(free_port)
-mkdir -p "$work/nginx/cache"
-cat >"$work/nginx/nginx.conf" <<CONF
+# nginx_conf NAME PORT BODY: an nginx of its own (one worker, like one node).
+nginx_conf() {
+  mkdir -p "$work/$1/cache"
+  cat >"$work/$1/nginx.conf" <<CONF
 user root;
-worker_processes 2;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
+worker_processes 1;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
 events { worker_connections 1024; }
 http {
   access_log off;
-  proxy_cache_path $work/nginx/cache levels=1:2 keys_zone=shoal:32m max_size=4g inactive=1h use_temp_path=off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 100000;
+  $3
+}
+CONF
+  taskset -c "$SERVICE_CPUS" nginx -c "$work/$1/nginx.conf" -g 'daemon off;' &
+  pids+=($!)
+  for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$2/" && return 0; sleep 0.1; done
+  echo "nginx $1 did not come up" >&2; exit 1
+}
+# nginx_pids NAME: the master and its workers.
+nginx_pids() {
+  local master
+  master=$(cat "$work/$1/nginx.pid")
+  echo "$master $(pgrep -P "$master" | tr '\n' ' ')"
+}
+
+# The origin: the file as it is, from the page cache.
+sport=$(free_port)
+nginx_conf static "$sport" "server { listen 127.0.0.1:$sport; root $work/static; }"
+cat "$work/static/bench/obj.bin" >/dev/null
+origin="127.0.0.1:$sport"
+# A caching proxy in front of it.
+pport=$(free_port)
+nginx_conf proxy "$pport" "
+  proxy_cache_path $work/proxy/cache levels=1:2 keys_zone=shoal:32m max_size=8g inactive=1h use_temp_path=off;
   upstream origin { server $origin; keepalive 32; }
   server {
-    listen 127.0.0.1:$nport;
+    listen 127.0.0.1:$pport;
     location / {
       slice 1m;
       proxy_cache shoal;
       proxy_cache_key \$uri\$slice_range;
       proxy_set_header Range \$slice_range;
-      # The client signed for this Host; Range is outside the signature.
-      proxy_set_header Host \$http_host;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";
+      proxy_set_header Connection \"\";
       proxy_cache_valid 200 206 1h;
       proxy_cache_lock on;
       proxy_pass http://origin;
     }
-  }
+  }"
+# The node, in front of the same origin.
+start_node n1
+shoal=$node
+
+# pass NAME ENDPOINT PIDS FLAGS...: one s3_load pass; prints "MB/s ms-per-GiB".
+pass() {
+  local name=$1 ep=$2 pids_of=$3 out t0 t1 bytes mbs; shift 3
+  out="$work/$name.out"
+  prefault $((SIZE_MB * 2))
+  t0=$(cpu_ticks $pids_of)
+  SHOAL_LOAD_ACCESS_KEY=${LOAD_KEY:-$NODE_KEY} SHOAL_LOAD_SECRET_KEY=${LOAD_SECRET:-$NODE_SECRET} \
+    taskset -c "$READER_CPUS" "$bin/examples/s3_load" --endpoint "http://$ep" --bucket bench --key obj.bin \
+    --size "$size" --concurrency "$CONC" "$@" >"$out"
+  t1=$(cpu_ticks $pids_of)
+  grep -q 'errors=0 ' "$out" || { echo "$name: requests failed: $(cat "$out")" >&2; exit 1; }
+  bytes=$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' "$out")
+  mbs=$(sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p' "$out")
+  echo "$mbs $(ms_per_gib $((t1 - t0)) "$bytes")"
 }
-CONF
-nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' &
-pids+=($!)
-sleep 0.5
 
-flags=(--concurrency "$CONC" --seconds "$SECONDS_EACH" --warm)
-o=$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY load "$origin" obj.bin "$size" "${flags[@]}")
-n=$(load "$node" obj.bin "$size" "${flags[@]}")
-g=$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY load "127.0.0.1:$nport" obj.bin "$size" "${flags[@]}")
+node_pid=${node_pids[0]}
+read -r node_cold node_cold_cpu <<<"$(pass node-cold "$shoal" "$node_pid" --once)"
+read -r proxy_cold proxy_cold_cpu <<<"$(pass proxy-cold "127.0.0.1:$pport" "$(nginx_pids proxy)" --once)"
+read -r node_warm node_warm_cpu <<<"$(pass node-warm "$shoal" "$node_pid" --seconds "$SECONDS_EACH")"
+read -r static_warm static_warm_cpu <<<"$(pass static-warm "$origin" "$(nginx_pids static)" --seconds "$SECONDS_EACH")"
+read -r proxy_warm proxy_warm_cpu <<<"$(pass proxy-warm "127.0.0.1:$pport" "$(nginx_pids proxy)" --seconds "$SECONDS_EACH")"
+read -r direct direct_cpu <<<"$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY \
+  pass direct "$test_origin" "${pids[0]}" --seconds "$SECONDS_EACH")"
 
-echo "node: warm 1 MiB ranged GETs, $CONC clients, ${SIZE_MB} MiB object, ${SECONDS_EACH}s each"
-printf '%-34s %10s %10s\n' "target" "MB/s" "shoal/x"
-printf '%-34s %10s %10s\n' "shoal-node (RAM hits)" "$n" "1.00"
-printf '%-34s %10s %10s\n' "nginx slice cache (warm)" "$g" "$(ratio "$n" "$g")"
-printf '%-34s %10s %10s\n' "origin direct (in-memory s3s)" "$o" "$(ratio "$n" "$o")"
+echo "node: 1 MiB ranged GETs, $CONC connections, ${SIZE_MB} MiB object; servers on core $SERVICE_CPUS, clients on core $READER_CPUS"
+printf '%-44s %10s %16s\n' "server" "MB/s" "CPU ms per GiB"
+printf '%-44s %10s %16s\n' "shoal-node, cold (from the origin)" "$node_cold" "$node_cold_cpu"
+printf '%-44s %10s %16s\n' "nginx proxy_cache + slice 1m, cold" "$proxy_cold" "$proxy_cold_cpu"
+printf '%-44s %10s %16s\n' "shoal-node, warm (RAM tier)" "$node_warm" "$node_warm_cpu"
+printf '%-44s %10s %16s\n' "nginx sendfile (the file, page cache)" "$static_warm" "$static_warm_cpu"
+printf '%-44s %10s %16s\n' "nginx proxy_cache + slice 1m, warm" "$proxy_warm" "$proxy_warm_cpu"
+printf '%-44s %10s %16s\n' "test origin read directly (in-memory s3s)" "$direct" "$direct_cpu"
+printf '%-60s %10s %10s\n' "ratio" "value" "target"
+printf '%-60s %10s %10s\n' "cold CPU per GiB: node / nginx proxy_cache + slice" "$(ratio "$node_cold_cpu" "$proxy_cold_cpu")" "<= 1"
+printf '%-60s %10s %10s\n' "warm CPU per GiB: node / nginx sendfile" "$(ratio "$node_warm_cpu" "$static_warm_cpu")" "<= 1.2"
+printf '%-60s %10s %10s\n' "warm MB/s: node / nginx sendfile" "$(ratio "$node_warm" "$static_warm")" ""
+printf '%-60s %10s %10s\n' "warm MB/s: node / nginx proxy_cache + slice" "$(ratio "$node_warm" "$proxy_warm")" ""

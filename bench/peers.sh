@@ -12,7 +12,11 @@
 # Pinned as if the nodes were other hosts: the origin and the nodes on core
 # $SERVICE_CPUS (0), every FUSE daemon and its reader on $READER_CPUS (1); each
 # daemon's CPU per GiB read (user + system, /proc/PID/stat) is printed beside its
-# MB/s, a figure that does not depend on what else runs.
+# MB/s, a figure that does not depend on what else runs. Floors beside them: the
+# null FUSE filesystem (replying one MiB of zeros that stays in cache, and from a
+# 256 MiB ring, as a daemon with real bytes does), and the client of the origin
+# pull. The first byte of a cold sequential read (a 4 KiB read of a file nobody
+# read) is set against the origin's first byte plus one hop to a node.
 source "$(dirname "$0")/lib.sh"
 SERVICE_CPUS=${SERVICE_CPUS:-0}
 export ORIGIN_CPUS=$SERVICE_CPUS NODE_CPUS=$SERVICE_CPUS READER_CPUS=${READER_CPUS:-1}
@@ -30,12 +34,16 @@ for t in fio rclone s3fs fusermount3; do command -v "$t" >/dev/null || need+=("$
 [ ${#need[@]} -eq 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio rclone s3fs fuse3 libfuse2 >/dev/null; }
 build
 have_ms3=0; [ -x "$MOUNT_S3" ] && have_ms3=1
+steady_memory
+FB_FILES=${FB_FILES:-7}
 
 echo "seeding: ${SIZE_MB} MiB objects, $SMALL_FILES files of 16 KiB" >&2
 mkdir -p "$work/seed/small"
 # shoal's object, one for the origin-cost run, one for random reads, and one the
 # peers share (each keeps its own cache of it; none of them uses the nodes).
 for o in obj many rand peer disk; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$o.bin"; done
+# Files nobody reads before their first byte is timed.
+for i in $(seq "$FB_FILES"); do head -c 8M /dev/urandom >"$work/seed/fb$i.bin"; done
 head -c $((SMALL_FILES * 16384)) /dev/urandom | split -b 16384 -a 4 -d - "$work/seed/small/f"
 start_slow_cluster 256MiB
 
@@ -46,13 +54,20 @@ mounts+=("$work/shoal")
 # the daemon's own pid.
 taskset -c "$READER_CPUS" "$bin/examples/nullfs" "$work/null" "$((SIZE_MB * 1024 * 1024))" >/dev/null 2>&1 &
 null_pid=$!; pids+=($!); mounts+=("$work/null"); wait_mounted "$work/null"
+mkdir -p "$work/nullring"
+taskset -c "$READER_CPUS" "$bin/examples/nullfs" "$work/nullring" "$((SIZE_MB * 1024 * 1024))" 256 >/dev/null 2>&1 &
+ring_pid=$!; pids+=($!); mounts+=("$work/nullring"); wait_mounted "$work/nullring"
 S=$work/shoal
 # The process that serves the mount (its keeper only holds the connection).
 mount_pid=$("$bin/shoal-mount" --status "$S" | python3 -c 'import json, sys; print(json.load(sys.stdin)["server"])')
 
-# The origin itself: 32 parallel 8 MiB GETs over the whole object, once.
-pull=$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY load "$origin" obj.bin "$((SIZE_MB << 20))" \
-  --block 8388608 --concurrency 32 --once)
+# The origin itself: 32 parallel 8 MiB GETs over the whole object, once, by a
+# client on the reader's core (its CPU per GiB: what receiving the bytes costs).
+pull_ms=$(SHOAL_LOAD_ACCESS_KEY=$ORIGIN_KEY SHOAL_LOAD_SECRET_KEY=$SHOAL_ORIGIN_SECRET_KEY cpu_run "$work/pull.out" \
+  taskset -c "$READER_CPUS" "$bin/examples/s3_load" --endpoint "http://$origin" --bucket bench --key obj.bin \
+  --size "$((SIZE_MB << 20))" --block 8388608 --concurrency 32 --once)
+pull=$(sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p' "$work/pull.out")
+pull_cpu=$(ms_of_gib "$pull_ms" "$((SIZE_MB << 20))")
 # A direct ranged 4 KiB GET, one at a time: its median latency in ms, as fio's
 # median is below.
 direct_4k=$(SHOAL_LOAD_ACCESS_KEY=$ORIGIN_KEY SHOAL_LOAD_SECRET_KEY=$SHOAL_ORIGIN_SECRET_KEY \
@@ -81,6 +96,30 @@ rm -f "$work/pc.bin"
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$mount_pid/status" 2>/dev/null || echo 0)
 t0=$(cpu_ticks "$null_pid"); null=$(warm_rate "$work/null/zero"); t1=$(cpu_ticks "$null_pid")
 null_cpu=$(ms_per_gib $((t1 - t0)) $((3 * bytes)))
+t0=$(cpu_ticks "$ring_pid"); ring=$(warm_rate "$work/nullring/zero"); t1=$(cpu_ticks "$ring_pid")
+ring_cpu=$(ms_per_gib $((t1 - t0)) $((3 * bytes)))
+# First byte of a cold sequential read: a 4 KiB read of a file nobody has read
+# (the mount, the nodes and the page cache all cold), the median of $FB_FILES
+# opened against listing order (in order, the mount would fetch the next ahead);
+# against the origin's first byte (the direct 4 KiB GET above) plus one hop (a
+# 4 KiB GET of a block a node holds).
+drop_cache
+fb=$(taskset -c "$READER_CPUS" python3 - "$S" "$FB_FILES" <<'PY'
+import os, statistics, sys, time
+took = []
+for i in reversed(range(1, int(sys.argv[2]) + 1)):
+    fd = os.open(f"{sys.argv[1]}/fb{i}.bin", os.O_RDONLY)
+    t = time.perf_counter()
+    assert len(os.read(fd, 4096)) == 4096
+    took.append((time.perf_counter() - t) * 1000)
+    os.close(fd)
+print("%.2f" % statistics.median(took))
+PY
+)
+hop=$(SHOAL_LOAD_ACCESS_KEY=$NODE_KEY SHOAL_LOAD_SECRET_KEY=$NODE_SECRET taskset -c "$READER_CPUS" \
+  "$bin/examples/s3_load" --endpoint "http://${node_addrs[0]}" --bucket bench --key obj.bin --size 1048576 \
+  --block 4096 --concurrency 1 --seconds 2 --warm | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^p50_ms=/) { split($i, a, "="); print a[2] } }')
+fb_floor=$(awk -v a="$direct_4k" -v b="$hop" 'BEGIN { printf "%.2f", a + b }')
 # A cold 4 KiB random read through the mount: fio's median completion latency.
 rand_4k=$(fio --name=r --filename="$S/rand.bin" --rw=randread --bs=4k --ioengine=psync --direct=1 \
   --number_ios=100 --numjobs=1 --output-format=json 2>/dev/null |
@@ -191,7 +230,9 @@ printf '%-34s %16s %16s\n' "shoal nodes (all three)" "$cold_nodes" "$warm_nodes"
 printf '%-34s %16s %16s\n' "mountpoint-s3" "${ms3[3]}" "${ms3[4]}"
 printf '%-34s %16s %16s\n' "mountpoint-s3 --cache" "${ms3c[3]}" "${ms3c[4]}"
 printf '%-34s %16s %16s\n' "null FUSE" "" "$null_cpu"
-echo "baselines: origin 32-connection pull $pull MB/s; null FUSE $null MB/s; local file $local_disk MB/s from disk (median of ${locals[*]}; passthrough ${pts[*]}), $local_pc MB/s from the page cache (median of ${pcs[*]}; shoal ${rereads[*]}); direct 4 KiB GET ${direct_4k} ms"
+printf '%-34s %16s %16s\n' "null FUSE, from a 256 MiB ring" "" "$ring_cpu"
+printf '%-34s %16s %16s\n' "origin pull client (floor)" "$pull_cpu" ""
+echo "baselines: origin 32-connection pull $pull MB/s; null FUSE $null MB/s (from a 256 MiB ring $ring MB/s); local file $local_disk MB/s from disk (median of ${locals[*]}; passthrough ${pts[*]}), $local_pc MB/s from the page cache (median of ${pcs[*]}; shoal ${rereads[*]}); direct 4 KiB GET ${direct_4k} ms; 4 KiB GET of a warm block from a node ${hop} ms"
 row() { printf '%-60s %10s %10s\n' "$1" "$2" "$3"; }
 printf '%-60s %10s %10s\n' "ratio" "value" "target"
 row "cold: shoal / mountpoint-s3" "$(ratio "$cold" "${ms3[0]}")" ">= 1.5"
@@ -208,3 +249,5 @@ row "warm CPU per GiB: shoal mount / mountpoint-s3 --cache" "$(ratio "$warm_cpu"
 row "warm MB/s pinned: shoal / null FUSE" "$(ratio "$warm" "$null")" ">= 0.7"
 row "warm MB/s pinned: shoal / mountpoint-s3 --cache" "$(ratio "$warm" "${ms3c[1]}")" ">= 2.5"
 row "cold CPU per GiB: shoal mount / mountpoint-s3" "$(ratio "$cold_cpu" "${ms3[3]}")" "<= 0.4"
+row "cold first byte: shoal / (origin first byte + one hop)" "$(ratio "$fb" "$fb_floor") (${fb} ms)" "<= 1.3"
+row "warm CPU per GiB: shoal mount / null FUSE from a ring" "$(ratio "$warm_cpu" "$ring_cpu")" "(floor)"

@@ -4,7 +4,7 @@
 //! `s3_load --endpoint URL --bucket B --key K --size BYTES [--block BYTES]
 //!  [--concurrency 8] [--seconds 5] [--warm | --once]` with keys in `SHOAL_LOAD_ACCESS_KEY` /
 //! `SHOAL_LOAD_SECRET_KEY`. `Range` is left out of the signature, so a proxy may
-//! rewrite it. Prints one line: `MB/s=... requests=... errors=... seconds=... p50_ms=... p99_ms=...`
+//! rewrite it. Prints one line: `MB/s=... bytes=... requests=... errors=... seconds=... p50_ms=... p99_ms=...`
 //! (the latencies of whole requests, first byte to last). `--once` instead
 //! reads every block exactly once (N at a time) and reports that single pass: a
 //! cold read when nothing has been read before.
@@ -89,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let s = start.elapsed().as_secs_f64();
         println!(
-            "MB/s={:.1} requests={blocks} errors={errors}",
+            "MB/s={:.1} bytes={bytes} requests={blocks} errors={errors} seconds={s:.2}",
             bytes as f64 / s / 1e6
         );
         return Ok(());
@@ -165,8 +165,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)));
     println!(
-        "MB/s={:.1} requests={} errors={} seconds={took:.2} p50_ms={:.2} p99_ms={:.2}",
+        "MB/s={:.1} bytes={} requests={} errors={} seconds={took:.2} p50_ms={:.2} p99_ms={:.2}",
         bytes.load(Relaxed) as f64 / took / 1e6,
+        bytes.load(Relaxed),
         reqs.load(Relaxed),
         errors.load(Relaxed),
         pct(0.5).copied().unwrap_or(f64::NAN),

@@ -1,7 +1,9 @@
 //! A null FUSE filesystem: one file, `zero`, of SIZE bytes of zeros, answered from
 //! memory through the same kernel layer and settings as shoal-mount. Benchmarks
-//! use it as the FUSE ceiling of this machine. `nullfs MOUNTPOINT SIZE_BYTES`
-//! (foreground; SIGTERM or SIGINT unmounts).
+//! use it as the FUSE ceiling of this machine. `nullfs MOUNTPOINT SIZE_BYTES
+//! [RING_MIB]` (foreground; SIGTERM or SIGINT unmounts). With RING_MIB, reads are
+//! answered from a ring of that many MiB of bytes instead of one MiB of zeros that
+//! stays in the CPU's cache: what replying with bytes not in cache costs.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use shoal_mount::kernel::{self, FileAttr, Header, Op, Reply};
 
 struct Null {
     size: u64,
+    /// What reads are answered from: one MiB, or a ring of them.
     zeros: Bytes,
 }
 
@@ -51,7 +54,9 @@ impl kernel::Handler for Null {
             Op::Opendir => reply.open(1, 0, None),
             Op::Read { offset, size, .. } => {
                 let n = (size as u64).min(self.size.saturating_sub(offset)) as usize;
-                reply.data(&[self.zeros.slice(..n.min(self.zeros.len()))])
+                // Where in the ring this read falls (always 0 for one MiB).
+                let at = (offset % (self.zeros.len() as u64 - (1 << 20) + 1)) as usize;
+                reply.data(&[self.zeros.slice(at..at + n.min(1 << 20))])
             }
             Op::Readdir {
                 offset, size, plus, ..
@@ -71,8 +76,16 @@ impl kernel::Handler for Null {
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(mnt), Some(size)) = (args.get(1), args.get(2).and_then(|s| s.parse().ok())) else {
-        eprintln!("usage: nullfs MOUNTPOINT SIZE_BYTES");
+        eprintln!("usage: nullfs MOUNTPOINT SIZE_BYTES [RING_MIB]");
         std::process::exit(2);
+    };
+    let zeros = match args.get(3).map(|s| s.parse::<usize>()) {
+        None => Bytes::from(vec![0u8; 1 << 20]),
+        Some(Ok(mib)) if mib >= 2 => Bytes::from(vec![1u8; mib << 20]),
+        Some(_) => {
+            eprintln!("nullfs: RING_MIB must be a number of MiB, 2 or more");
+            std::process::exit(2);
+        }
     };
     let mnt = Path::new(mnt);
     let opts = kernel::mount::MountOptions {
@@ -81,10 +94,7 @@ fn main() -> std::io::Result<()> {
     };
     let chan = Arc::new(kernel::Channel::new(kernel::mount::mount(mnt, &opts)?)?);
     kernel::handshake(&chan, &shoal_mount::fuse::wants(false))?;
-    let null = Arc::new(Null {
-        size,
-        zeros: Bytes::from(vec![0u8; 1 << 20]),
-    });
+    let null = Arc::new(Null { size, zeros });
     let session = kernel::Running::start(chan, null, 4, false)?;
     // Same read-ahead as shoal-mount raises to.
     use std::os::unix::fs::MetadataExt;
