@@ -77,6 +77,8 @@ impl FuseFs {
     {
         let m = self.metrics.clone();
         let t = Instant::now();
+        // Boxed: an operation's state is large, and the task moves it.
+        let f = Box::pin(f);
         self.rt.spawn(async move {
             f.await;
             m.observe_op(op, t.elapsed());
@@ -141,8 +143,13 @@ impl crate::kernel::Handler for FuseFs {
                     open(&fs, ino, reply, &metrics, &chan).await
                 });
             }
-            Op::Read { fh, offset, size } => self.spawn("read", async move {
-                match fs.read(fh, offset, size).await {
+            Op::Read {
+                fh,
+                offset,
+                size,
+                direct,
+            } => self.spawn("read", async move {
+                match fs.read(fh, offset, size, !direct).await {
                     Ok(parts) => reply.data(&parts),
                     Err(e) => reply.error(errno(&e)),
                 }

@@ -27,6 +27,9 @@ pub struct Growing<E> {
     end: Mutex<Option<Result<(), E>>>,
     /// Bumped on every change; readers wait on it.
     changed: watch::Sender<u64>,
+    /// Cleared when the block's bytes are kept elsewhere already (a kernel's
+    /// page cache took it whole): the RAM tier need not keep it when it lands.
+    keep: std::sync::atomic::AtomicBool,
 }
 
 /// The one writer of a [`Growing`] block: appends at its end.
@@ -58,6 +61,7 @@ impl<E: Clone + Send + Sync + 'static> Growing<E> {
             filled: AtomicUsize::new(0),
             end: Mutex::new(None),
             changed: watch::channel(0).0,
+            keep: std::sync::atomic::AtomicBool::new(true),
         });
         (g.clone(), Filler { g })
     }
@@ -106,6 +110,16 @@ impl<E: Clone + Send + Sync + 'static> Growing<E> {
     pub fn finish(&self, r: Result<(), E>) {
         self.end.lock().unwrap().get_or_insert(r);
         self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// The block's bytes are kept elsewhere: the RAM tier need not keep it.
+    pub fn let_go(&self) {
+        self.keep.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the RAM tier should keep the block once it lands.
+    pub fn keeps(&self) -> bool {
+        self.keep.load(Ordering::Relaxed)
     }
 
     /// Whether the fetch has ended, well or not.

@@ -30,7 +30,7 @@ pub use growing::{Filler, Growing, Overflow};
 pub use key::BlockKey;
 pub use pool::{Buffer, BufferPool, PoolStats};
 pub use ram::RamTier;
-pub use tiers::{Arriving, Block, Fill, Served, Tiers};
+pub use tiers::{Arriving, Block, Fill, Part, Served, Tiers};
 
 /// What a tier did since start, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,10 @@ pub trait BlockCache: Send + Sync {
     fn insert(&self, key: BlockKey, data: Bytes);
     /// Drops every block `gone` picks; returns how many.
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64;
+    /// Drops one block, if held.
+    fn forget(&self, key: &BlockKey) {
+        self.remove(&|k| k == key);
+    }
     fn stats(&self) -> TierStats;
     /// What went wrong on disk (a disk tier's business; nothing for RAM).
     fn failures(&self) -> DiskFailures {

@@ -86,6 +86,13 @@ impl BlockCache for RamTier {
         }
     }
 
+    fn forget(&self, key: &BlockKey) {
+        let mut s = self.shard(key).lock().unwrap();
+        if let Some(v) = s.lru.pop(key) {
+            s.bytes -= v.len() as u64;
+        }
+    }
+
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
         let mut removed = 0;
         for s in &self.shards {
@@ -166,6 +173,11 @@ mod tests {
         }
         assert_eq!(t.remove(&|k| k.same_object("b", "a/x")), 2);
         assert_eq!(t.remove(&|k| k.key.starts_with("a/")), 2);
+        let one = BlockKey::new("b", "b/z", "e1", 1, 0);
+        t.forget(&one);
+        assert!(t.get(&one).is_none());
+        assert!(t.get(&BlockKey::new("b", "b/z", "e2", 1, 1)).is_some());
+        t.insert(one.clone(), Bytes::from_static(b"1"));
         assert_eq!(t.stats().blocks, 2);
         assert_eq!(t.stats().used_bytes, 2);
     }

@@ -59,19 +59,36 @@ impl<E: Clone + Send + Sync + 'static> Block<E> {
     }
 
     /// Bytes `lo..hi` of the block (clamped to it) as soon as they are here.
-    pub async fn part(self, lo: usize, hi: usize) -> Result<(Bytes, Served), FlightError<E>> {
+    pub async fn part(self, lo: usize, hi: usize) -> Result<Part, FlightError<E>> {
         match self {
-            Block::Held(b, s) => {
+            Block::Held(b, served) => {
                 let hi = hi.min(b.len());
-                Ok((b.slice(lo.min(hi)..hi), s))
+                Ok(Part {
+                    bytes: b.slice(lo.min(hi)..hi),
+                    served,
+                    waited: false,
+                })
             }
-            Block::Arriving(g, s) => {
+            Block::Arriving(g, served) => {
+                let waited = g.len() < hi as u64 && !g.is_done();
                 g.until(hi as u64).await?;
                 let hi = hi.min(g.len() as usize);
-                Ok((g.slice(lo.min(hi), hi), s))
+                Ok(Part {
+                    bytes: g.slice(lo.min(hi), hi),
+                    served,
+                    waited,
+                })
             }
         }
     }
+}
+
+/// Some bytes of a block, and how they came.
+pub struct Part {
+    pub bytes: Bytes,
+    pub served: Served,
+    /// Whether the asker waited for them to arrive.
+    pub waited: bool,
 }
 
 type InFlight<L, E> = Arc<Mutex<HashMap<(BlockKey, L), Arriving<E>>>>;
@@ -216,7 +233,11 @@ where
         };
         // Whoever started the fetch sees the answers it gets (a gateway, its
         // owner's Cache-Status).
-        let run = crate::store::seen::watched(crate::store::seen::watcher(), fetch(filler));
+        // Boxed: a fetch's state is large, and the task moves it.
+        let run = Box::pin(crate::store::seen::watched(
+            crate::store::seen::watcher(),
+            fetch(filler),
+        ));
         let landing = Landing {
             id: Some(id),
             growing: g.clone(),
@@ -229,7 +250,7 @@ where
             match run.await {
                 Ok(()) => {
                     let b = landing.growing.arrived();
-                    if fill {
+                    if fill && landing.growing.keeps() {
                         ram.insert(key.clone(), b.clone());
                     }
                     let disk = disk.filter(|_| fill);
@@ -248,6 +269,19 @@ where
             }
         });
         Block::Arriving(g, Served::Fetched)
+    }
+
+    /// The block is kept elsewhere now (a kernel's page cache took it whole):
+    /// the RAM tier lets it go, or never takes it if its fetch has not landed.
+    /// Its buffer is then free for the next block while it is still in the
+    /// CPU's cache, and the RAM tier holds what nothing else does.
+    pub fn let_go(&self, key: &BlockKey, lane: &L) {
+        if let Some(g) = self.arriving(key, lane) {
+            g.let_go();
+        }
+        // After the flag: a flight that landed before it saw the flag is undone
+        // here.
+        self.ram.forget(key);
     }
 
     /// Keeps `data` as `key` in both tiers.

@@ -39,6 +39,11 @@ pub(crate) struct NodeCalls {
     pub metrics: Arc<ClusterMetrics>,
     /// Node failures are logged at most once a second: a dead node must not flood.
     pub failure_log: LogLimit,
+    /// Each node's request counter, found without making its label anew for
+    /// every request.
+    pub requests: std::sync::RwLock<
+        std::collections::HashMap<String, prometheus_client::metrics::counter::Counter>,
+    >,
 }
 
 /// The fallback cause a failed node request stands for.
@@ -158,12 +163,22 @@ impl NodeCalls {
     }
 
     fn begin(&self, node: &NodeHandle) -> crate::route::state::InFlight {
-        self.metrics
-            .node_requests
-            .get_or_create(&NodeLabel {
-                node: node.id().to_owned(),
-            })
-            .inc();
+        let known = self.requests.read().unwrap().get(node.id()).cloned();
+        let counter = known.unwrap_or_else(|| {
+            let c = self
+                .metrics
+                .node_requests
+                .get_or_create(&NodeLabel {
+                    node: node.id().to_owned(),
+                })
+                .clone();
+            self.requests
+                .write()
+                .unwrap()
+                .insert(node.id().to_owned(), c.clone());
+            c
+        });
+        counter.inc();
         self.router.begin(node)
     }
 

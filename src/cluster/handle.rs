@@ -9,6 +9,7 @@ use futures_util::{stream, Stream, StreamExt, TryStreamExt};
 
 use super::error::ReadError;
 use super::reader::ClusterReader;
+use crate::blocks::Part;
 use crate::store::ObjectMeta;
 
 impl ClusterReader {
@@ -70,6 +71,14 @@ pub(crate) struct HandleInner {
     pub stale: AtomicBool,
 }
 
+/// What a read got: the buffers its bytes are in, and whether it waited for
+/// any of them to arrive.
+#[derive(Default)]
+pub struct Parts {
+    pub parts: Vec<Bytes>,
+    pub waited: bool,
+}
+
 /// One object version, open for reading. Cheap to clone.
 #[derive(Clone)]
 pub struct Handle(Arc<HandleInner>);
@@ -104,11 +113,11 @@ impl Handle {
     }
 
     async fn block(&self, index: u64) -> Result<Bytes, ReadError> {
-        self.part(index, 0, usize::MAX).await
+        self.part(index, 0, usize::MAX).await.map(|p| p.bytes)
     }
 
     /// Bytes `lo..hi` of block `index` (clamped to it), as soon as they are here.
-    async fn part(&self, index: u64, lo: usize, hi: usize) -> Result<Bytes, ReadError> {
+    async fn part(&self, index: u64, lo: usize, hi: usize) -> Result<Part, ReadError> {
         if self.is_stale() {
             return Err(self.stale_error());
         }
@@ -117,16 +126,12 @@ impl Handle {
             .reader
             .open_block(&h.bucket, &h.key, &h.meta, index, h.hop)
             .await;
-        let r = block
-            .part(lo, hi)
-            .await
-            .map(|(b, _)| b)
-            .map_err(ReadError::from);
+        let r = block.part(lo, hi).await.map_err(ReadError::from);
         self.note_stale(r).await
     }
 
     /// Marks the handle stale the first time a read finds the object changed.
-    async fn note_stale(&self, r: Result<Bytes, ReadError>) -> Result<Bytes, ReadError> {
+    async fn note_stale<T>(&self, r: Result<T, ReadError>) -> Result<T, ReadError> {
         let h = &self.0;
         match r {
             Err(e @ ReadError::Stale { .. }) => {
@@ -193,10 +198,10 @@ impl Handle {
     /// one per block they touch, each handed over as soon as its bytes have
     /// arrived: a read inside a block being fetched waits for its own bytes, not
     /// for the whole block.
-    pub async fn read_parts(&self, start: u64, len: u64) -> Result<Vec<Bytes>, ReadError> {
+    pub async fn read_parts(&self, start: u64, len: u64) -> Result<Parts, ReadError> {
         let end = start.saturating_add(len).min(self.0.meta.size);
         if start >= end {
-            return Ok(Vec::new());
+            return Ok(Parts::default());
         }
         let bs = self.0.reader.block_size();
         let parts = (start / bs..=(end - 1) / bs).map(|i| {
@@ -205,7 +210,18 @@ impl Handle {
             let hi = (end - off).min(bs) as usize;
             self.part(i, lo, hi)
         });
-        futures_util::future::try_join_all(parts).await
+        let got = futures_util::future::try_join_all(parts).await?;
+        Ok(Parts {
+            waited: got.iter().any(|p| p.waited),
+            parts: got.into_iter().map(|p| p.bytes).collect(),
+        })
+    }
+
+    /// Block `index` was handed over whole to a cache above this one (the
+    /// kernel's page cache): the RAM tier need not keep it too.
+    pub fn let_go(&self, index: u64) {
+        let h = &self.0;
+        h.reader.let_go(&h.bucket, &h.key, &h.meta.etag, index);
     }
 
     /// Bytes `start..start+len` for a random reader: a read inside one block that

@@ -28,7 +28,7 @@ mod reader;
 mod tests;
 
 pub use error::ReadError;
-pub use handle::Handle;
+pub use handle::{Handle, Parts};
 pub use metadata::ClusterMetadata;
 pub use metrics::{ClusterMetrics, Fallback};
 pub use nodes::{Nodes, S3Nodes};

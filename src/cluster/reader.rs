@@ -122,6 +122,7 @@ impl ClusterReader {
                     timeouts: p.cluster.timeouts,
                     metrics: metrics.clone(),
                     failure_log: LogLimit::new(Duration::from_secs(1)),
+                    requests: Default::default(),
                 },
                 origin: p.origin,
                 origin_attempts: p.origin_attempts,
@@ -398,6 +399,11 @@ impl ClusterReader {
             }),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Lets block `index` of a version go from the RAM tier: it is kept above.
+    pub(crate) fn let_go(&self, bucket: &str, key: &str, etag: &str, index: u64) {
+        self.tiers.let_go(&self.key(bucket, key, etag, index), &());
     }
 
     /// Forgets cached blocks of an object (it changed); the next open of it asks

@@ -229,11 +229,12 @@ async fn a_read_inside_a_block_is_answered_before_the_block_has_arrived() {
         .await
         .expect("answered from the bytes that came, not after the block")
         .unwrap();
-    assert_eq!(first.concat(), vec![7u8; 4000]);
+    assert_eq!(first.parts.concat(), vec![7u8; 4000]);
+    assert!(first.waited, "its bytes were not all there when it asked");
     // Past what came, a read waits (here, for the stall deadline and the
     // failover to the next node).
     let rest = h.read_parts(BS - 10, 10).await.unwrap();
-    assert_eq!(rest.concat(), vec![7u8; 10]);
+    assert_eq!(rest.parts.concat(), vec![7u8; 10]);
     assert_eq!(r.ranked[1].gets(), 1);
 }
 

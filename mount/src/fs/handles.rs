@@ -18,6 +18,9 @@ pub(super) struct OpenFile {
     pub handle: Handle,
     pub ino: u64,
     pub ra: Mutex<Readahead>,
+    /// Opened through the page cache (not `direct_io`): what its reads return
+    /// is kept by the kernel.
+    pub page_cache: bool,
 }
 
 /// An open directory: its inode and the listing it reads.

@@ -142,6 +142,9 @@ impl Fs {
                         handle,
                         ino: *ino,
                         ra: Mutex::new(Readahead::default()),
+                        // What the predecessor told the kernel is not known:
+                        // keep every block.
+                        page_cache: false,
                     },
                 ),
                 Err(e) => tracing::warn!(fh, key, "cannot reopen an open file: {e}"),
@@ -256,6 +259,7 @@ impl Fs {
                 handle,
                 ino,
                 ra: Mutex::new(Readahead::default()),
+                page_cache: !direct_io,
             },
         );
         Ok(Opened {
@@ -268,8 +272,16 @@ impl Fs {
     }
 
     /// `size` bytes at `offset` of open file `fh`, as the buffers they are in
-    /// (one per block the read touches; none at the end of the file).
-    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<Bytes>, FsError> {
+    /// (one per block the read touches; none at the end of the file). `cached`:
+    /// the kernel keeps what it gets in its page cache (not an `O_DIRECT`
+    /// reader), so a whole block it takes need not stay in the RAM tier too.
+    pub async fn read(
+        &self,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        cached: bool,
+    ) -> Result<Vec<Bytes>, FsError> {
         let f = self.handles.file(fh).ok_or(FsError::BadHandle)?;
         let bs = self.reader.block_size();
         let end = (offset + size as u64).min(f.handle.meta().size);
@@ -289,7 +301,12 @@ impl Fs {
         }
         self.stats.reads.fetch_add(1, Relaxed);
         let read = if sequential {
-            f.handle.read_parts(offset, end - offset).await
+            f.handle.read_parts(offset, end - offset).await.map(|p| {
+                if p.waited {
+                    f.ra.lock().unwrap().waited();
+                }
+                p.parts
+            })
         } else {
             f.handle
                 .read_random(offset, end - offset)
@@ -298,6 +315,16 @@ impl Fs {
         };
         match read {
             Ok(parts) => {
+                // A whole block gone into the page cache is kept there: its
+                // buffer is free again while still in the CPU's cache.
+                if sequential
+                    && cached
+                    && f.page_cache
+                    && offset.is_multiple_of(bs)
+                    && end - offset == bs
+                {
+                    f.handle.let_go(offset / bs);
+                }
                 let n: usize = parts.iter().map(Bytes::len).sum();
                 self.stats.read_bytes.fetch_add(n as u64, Relaxed);
                 Ok(parts)

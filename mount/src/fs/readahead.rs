@@ -3,11 +3,14 @@
 //! limit; a random read resets it. The limit starts at `read_window` and adapts
 //! to the path: each time a sequential reader has read a whole window's worth at
 //! the current limit, the limit doubles (up to the reader's in-flight budget) if
-//! throughput rose by more than a sixth since the last step, and stays where it
-//! is once it did not, twice in a row (one step's measure on a busy host can be
-//! off by half). A cold read so fills the origin's bandwidth-delay product;
-//! small and random reads stay small. A random read starts the window over but
-//! keeps the limit: that belongs to the path, not to the reader.
+//! reads waited for bytes to arrive in that step and throughput rose by more
+//! than a sixth since the last step, and stays where it is once it did not rise,
+//! twice in a row (one step's measure on a busy host can be off by half). A cold
+//! read so fills the origin's bandwidth-delay product; a path that keeps ahead of
+//! its reader (warm nodes) is not read further ahead than it needs, which keeps
+//! the blocks in flight few enough to still be in the CPU's cache when they are
+//! replied from; small and random reads stay small. A random read starts the
+//! window over but keeps the limit: that belongs to the path, not to the reader.
 
 use std::time::Instant;
 
@@ -34,6 +37,8 @@ pub(super) struct Readahead {
     /// Steps in a row in which throughput did not rise; at [`FLAT_STEPS`] the
     /// limit stays.
     flat: u8,
+    /// Whether a read in this step waited for its bytes to arrive.
+    waited: bool,
 }
 
 impl Readahead {
@@ -77,6 +82,12 @@ impl Readahead {
         (to > from).then(|| (from, to - from))
     }
 
+    /// A read of this run had to wait for its bytes: the window may be short of
+    /// the path's bandwidth-delay product.
+    pub fn waited(&mut self) {
+        self.waited = true;
+    }
+
     fn adapt(&mut self, read: u64, bs: u64, max: u64, now: Instant) {
         let (since, bytes) = self.epoch.get_or_insert((now, 0));
         *bytes += read;
@@ -85,6 +96,11 @@ impl Readahead {
         }
         let secs = now.duration_since(*since).as_secs_f64().max(1e-6);
         let rate = *bytes as f64 / secs;
+        // A step in which no read waited measured the reader, not the path.
+        if !std::mem::take(&mut self.waited) {
+            self.epoch = Some((now, 0));
+            return;
+        }
         if self.flat < FLAT_STEPS {
             if rate > self.rate * GAIN {
                 self.flat = 0;
@@ -159,12 +175,14 @@ mod tests {
     }
 
     /// Reads `n` blocks sequentially from `at`, the path giving `rate(limit)`
-    /// bytes/s for a limit; returns where it stopped and the time.
+    /// bytes/s for a limit, every read waiting for its bytes; returns where it
+    /// stopped and the time.
     fn run(ra: &mut Readahead, at: &mut u64, t: &mut Instant, n: u64, rate: impl Fn(u64) -> f64) {
         let mb = 1u64 << 20;
         for _ in 0..n {
             *t += Duration::from_secs_f64(mb as f64 / rate(ra.limit().max(1)));
             ra.advance(*at, *at + mb, mb, 8, 64, *t);
+            ra.waited();
             *at += mb;
         }
     }
@@ -191,6 +209,27 @@ mod tests {
     }
 
     #[test]
+    fn a_path_that_keeps_ahead_of_its_reader_is_not_read_further_ahead() {
+        // Throughput rises with the limit (a busy host's noise, say), but no
+        // read ever waits for its bytes: the limit stays where it started.
+        let (mut ra, mut t, mb) = (Readahead::default(), Instant::now(), 1u64 << 20);
+        for i in 0..400u64 {
+            let rate = 30e6 * ra.limit().max(1) as f64;
+            t += Duration::from_secs_f64(mb as f64 / rate);
+            ra.advance(i * mb, (i + 1) * mb, mb, 8, 64, t);
+        }
+        assert_eq!(ra.limit(), 8);
+        // Once reads wait, it grows.
+        for i in 400..800u64 {
+            let rate = 30e6 * ra.limit().min(32) as f64;
+            t += Duration::from_secs_f64(mb as f64 / rate);
+            ra.advance(i * mb, (i + 1) * mb, mb, 8, 64, t);
+            ra.waited();
+        }
+        assert!(ra.limit() >= 32, "{}", ra.limit());
+    }
+
+    #[test]
     fn one_slow_step_does_not_end_the_growth() {
         // The path of the test above, but the step measured at 16 blocks comes
         // out slow once (a busy host): the limit still reaches the plateau.
@@ -209,6 +248,7 @@ mod tests {
             }
             t += Duration::from_secs_f64(mb as f64 / rate);
             ra.advance(at, at + mb, mb, 8, 64, t);
+            ra.waited();
             at += mb;
         }
         assert!(ra.limit() >= 32, "grew past the slow step: {}", ra.limit());

@@ -98,7 +98,7 @@ async fn opendir(fs: &Arc<Fs>, ino: u64) -> Result<Vec<DirEntry>, FsError> {
 
 /// A read's parts, joined.
 async fn read_joined(fs: &Fs, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
-    let parts = fs.read(fh, offset, size).await?;
+    let parts = fs.read(fh, offset, size, true).await?;
     Ok(Bytes::from(parts.concat()))
 }
 

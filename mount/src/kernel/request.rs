@@ -41,6 +41,9 @@ pub enum Op<'a> {
         fh: u64,
         offset: u64,
         size: u32,
+        /// The reader opened the file `O_DIRECT`: the page cache will not keep
+        /// what this read returns (unknown counts as so).
+        direct: bool,
     },
     Release {
         fh: u64,
@@ -150,7 +153,16 @@ pub fn parse(buf: &[u8]) -> Result<(Header, Op<'_>), Malformed> {
             let offset = a.u64().ok_or(Malformed("read cut short"))?;
             let size = a.u32().ok_or(Malformed("read cut short"))?;
             match h.opcode {
-                op::READ => Op::Read { fh, offset, size },
+                op::READ => {
+                    // read_flags and lock_owner, then the file's open flags.
+                    let flags = a.u32().and_then(|_| a.u64()).and_then(|_| a.u32());
+                    Op::Read {
+                        fh,
+                        offset,
+                        size,
+                        direct: flags.is_none_or(|f| f & libc::O_DIRECT as u32 != 0),
+                    }
+                }
                 o => Op::Readdir {
                     fh,
                     offset,
@@ -215,7 +227,7 @@ mod tests {
             .u32(131072)
             .u32(0)
             .u64(0)
-            .u32(0)
+            .u32(libc::O_RDONLY as u32)
             .u32(0);
         let r = request(op::READ, 10 | abi::UNIQUE_RESEND, &body.0);
         let (h, o) = parse(&r).unwrap();
@@ -225,8 +237,25 @@ mod tests {
             Op::Read {
                 fh: 7,
                 offset: 4096,
-                size: 131072
+                size: 131072,
+                direct: false
             }
+        ));
+        // An O_DIRECT reader, and a request too old to say.
+        let mut body = abi::Out::default();
+        body.u64(7).u64(0).u32(4096).u32(0).u64(0);
+        body.u32(libc::O_DIRECT as u32).u32(0);
+        let r = request(op::READ, 12, &body.0);
+        assert!(matches!(
+            parse(&r).unwrap().1,
+            Op::Read { direct: true, .. }
+        ));
+        let mut body = abi::Out::default();
+        body.u64(7).u64(0).u32(4096);
+        let r = request(op::READ, 14, &body.0);
+        assert!(matches!(
+            parse(&r).unwrap().1,
+            Op::Read { direct: true, .. }
         ));
 
         let mut body = abi::Out::default();

@@ -41,8 +41,14 @@ pub(super) struct Sockets {
 struct Idle {
     authority: String,
     conn: TcpStream,
+    /// The connection's buffer for requests and answers' heads, kept with it.
+    buf: Vec<u8>,
     since: Instant,
 }
+
+/// A connection's buffer starts this large (a request, or an answer's head and
+/// the first bytes of its body).
+const BUF: usize = 4096;
 
 /// An answer: its status and head, and its body to be read.
 pub(super) struct Answer {
@@ -56,9 +62,10 @@ pub(super) struct Answer {
 pub struct SocketBody {
     conn: Option<TcpStream>,
     authority: String,
-    /// Body bytes that came with the head, handed out first.
-    early: Vec<u8>,
-    early_at: usize,
+    /// The connection's buffer; `early` of it are body bytes that came with the
+    /// head, handed out first.
+    buf: Vec<u8>,
+    early: std::ops::Range<usize>,
     remaining: u64,
     /// An error answer's chunked body: its length is not known, and only
     /// [`SocketBody::small`] reads it.
@@ -86,20 +93,22 @@ impl Sockets {
         }
     }
 
-    /// A kept connection to `authority`, if one is fresh enough.
-    fn kept(&self, authority: &str) -> Option<TcpStream> {
+    /// A kept connection to `authority` and its buffer, if one is fresh enough.
+    fn kept(&self, authority: &str) -> Option<(TcpStream, Vec<u8>)> {
         let mut idle = self.idle.lock().unwrap();
         idle.retain(|c| c.since.elapsed() < IDLE_FOR);
         let i = idle.iter().rposition(|c| c.authority == authority)?;
-        Some(idle.swap_remove(i).conn)
+        let c = idle.swap_remove(i);
+        Some((c.conn, c.buf))
     }
 
-    fn keep(&self, authority: String, conn: TcpStream) {
+    fn keep(&self, authority: String, conn: TcpStream, buf: Vec<u8>) {
         let mut idle = self.idle.lock().unwrap();
         if idle.len() < self.max_idle {
             idle.push(Idle {
                 authority,
                 conn,
+                buf,
                 since: Instant::now(),
             });
         }
@@ -137,46 +146,54 @@ impl Sockets {
         path: &str,
         headers: &HeaderMap,
     ) -> Result<Answer, StoreError> {
-        let mut request = Vec::with_capacity(512);
-        request.extend_from_slice(b"GET ");
-        request.extend_from_slice(path.as_bytes());
-        request.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-        request.extend_from_slice(host.as_bytes());
-        request.extend_from_slice(b"\r\n");
-        for (name, value) in headers {
-            request.extend_from_slice(name.as_str().as_bytes());
-            request.extend_from_slice(b": ");
-            request.extend_from_slice(value.as_bytes());
-            request.extend_from_slice(b"\r\n");
-        }
-        request.extend_from_slice(b"\r\n");
-        if let Some(conn) = self.kept(authority) {
-            match self.exchange(conn, authority, &request).await {
+        let request = |buf: &mut Vec<u8>| {
+            buf.clear();
+            buf.extend_from_slice(b"GET ");
+            buf.extend_from_slice(path.as_bytes());
+            buf.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+            buf.extend_from_slice(host.as_bytes());
+            buf.extend_from_slice(b"\r\n");
+            for (name, value) in headers {
+                buf.extend_from_slice(name.as_str().as_bytes());
+                buf.extend_from_slice(b": ");
+                buf.extend_from_slice(value.as_bytes());
+                buf.extend_from_slice(b"\r\n");
+            }
+            buf.extend_from_slice(b"\r\n");
+        };
+        if let Some((conn, mut buf)) = self.kept(authority) {
+            request(&mut buf);
+            match self.exchange(conn, authority, buf).await {
                 Err(Exchange::Unanswered(_)) => {}
                 Err(Exchange::Failed(e)) => return Err(e),
                 Ok(a) => return Ok(a),
             }
         }
         let conn = self.connect(authority).await?;
-        match self.exchange(conn, authority, &request).await {
+        let mut buf = Vec::with_capacity(BUF);
+        request(&mut buf);
+        match self.exchange(conn, authority, buf).await {
             Ok(a) => Ok(a),
             Err(Exchange::Unanswered(e) | Exchange::Failed(e)) => Err(e),
         }
     }
 
-    /// One request on `conn`, and the head of its answer.
+    /// One request (in `buf`) on `conn`, and the head of its answer (read into
+    /// `buf`, which the body then holds).
     async fn exchange(
         self: &Arc<Self>,
         mut conn: TcpStream,
         authority: &str,
-        request: &[u8],
+        mut buf: Vec<u8>,
     ) -> Result<Answer, Exchange> {
-        if let Err(e) = conn.write_all(request).await {
+        if let Err(e) = conn.write_all(&buf).await {
             return Err(Exchange::Unanswered(
                 self.transport(format!("cannot send the request: {e}")),
             ));
         }
-        let mut buf = vec![0u8; 4096];
+        // The whole capacity, for the head: its bytes are read over, never read
+        // before they are written.
+        buf.resize(buf.capacity().max(BUF), 0);
         let mut len = 0;
         loop {
             let n = match conn.read(&mut buf[len..]).await {
@@ -204,7 +221,7 @@ impl Sockets {
             match head.parse(&buf[..len]) {
                 Ok(httparse::Status::Complete(at)) => {
                     let (status, headers, framing, reusable) = self.answer(&head)?;
-                    let early = buf[at..len].to_vec();
+                    let early = at..len;
                     let (length, chunked) = match framing {
                         Framing::Length(n) => (n, false),
                         Framing::Chunked => (0, true),
@@ -222,8 +239,8 @@ impl Sockets {
                             conn: Some(conn),
                             authority: authority.to_owned(),
                             remaining: length.saturating_sub(early.len() as u64),
+                            buf,
                             early,
-                            early_at: 0,
                             chunked,
                             reusable: reusable && !chunked,
                             sockets: self.clone(),
@@ -326,17 +343,18 @@ impl From<Exchange> for StoreError {
 impl SocketBody {
     /// Bytes of the body still to come (of a body framed by its length).
     pub fn remaining(&self) -> u64 {
-        self.remaining + (self.early.len() - self.early_at) as u64
+        self.remaining + self.early.len() as u64
     }
 
     /// Reads the next bytes of the body into `dst` (0: it has ended). Waits at
     /// most the stall deadline for each.
     pub async fn read(&mut self, dst: &mut [u8]) -> Result<usize, StoreError> {
-        if self.early_at < self.early.len() {
-            let n = (self.early.len() - self.early_at).min(dst.len());
-            dst[..n].copy_from_slice(&self.early[self.early_at..self.early_at + n]);
-            self.early_at += n;
-            if self.remaining == 0 && self.early_at == self.early.len() {
+        if !self.early.is_empty() {
+            let n = self.early.len().min(dst.len());
+            let from = self.early.start;
+            dst[..n].copy_from_slice(&self.buf[from..from + n]);
+            self.early.start += n;
+            if self.remaining == 0 && self.early.is_empty() {
                 self.release();
             }
             return Ok(n);
@@ -415,7 +433,7 @@ impl SocketBody {
     /// [`Self::small`] of a chunked body: raw bytes until the chunks are
     /// complete, then decoded (nothing if they run past the bound or break off).
     async fn small_chunked(mut self) -> Vec<u8> {
-        let mut raw = std::mem::take(&mut self.early);
+        let mut raw = self.buf[self.early.clone()].to_vec();
         let Some(conn) = self.conn.take() else {
             return Vec::new();
         };
@@ -448,8 +466,12 @@ impl SocketBody {
     /// Gives the connection back for the next request once the body is read.
     fn release(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if self.reusable && self.remaining == 0 {
-                self.sockets.keep(std::mem::take(&mut self.authority), conn);
+            if self.reusable && self.remaining == 0 && self.early.is_empty() {
+                self.sockets.keep(
+                    std::mem::take(&mut self.authority),
+                    conn,
+                    std::mem::take(&mut self.buf),
+                );
             }
         }
     }
