@@ -50,7 +50,8 @@ free_port() {
 }
 
 # start_node NAME [EXTRA_TOML]: starts a shoal-node; sets $node (host:port).
-# $NODE_CACHE (keys of its [cache] section) and $NODE_CPUS (taskset's list) if set.
+# $NODE_RAM (its RAM tier, 2GiB), $NODE_CACHE (more keys of its [cache] section)
+# and $NODE_CPUS (taskset's list) if set.
 start_node() {
   local name=$1 extra=${2:-} port
   port=$(free_port)
@@ -63,7 +64,7 @@ secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
 [node]
 listen = "127.0.0.1:$port"
 [cache]
-ram_size = "2GiB"
+ram_size = "${NODE_RAM:-2GiB}"
 ${NODE_CACHE:-}
 [auth]
 [[auth.keys]]

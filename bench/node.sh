@@ -8,7 +8,10 @@
 #
 # - cold: every block once, the first time it is asked for: a node in front of
 #   the origin, against nginx as a caching proxy (proxy_cache, slice 1m,
-#   proxy_cache_lock) in front of the same origin.
+#   proxy_cache_lock) in front of the same origin. Twice each: a first object
+#   while the caches fill (a node's RAM tier takes fresh memory, which the
+#   kernel zeroes), then a second while they are full (a node's evicted blocks'
+#   buffers take the new ones, as on a node that has run for a while).
 # - warm: a node answering from its RAM tier, against nginx serving the file
 #   itself from the page cache with sendfile (and the warm caching proxy).
 # - the test origin (in-memory s3s) read directly, for reference.
@@ -30,6 +33,7 @@ steady_memory
 size=$((SIZE_MB * 1024 * 1024))
 mkdir -p "$work/seed" "$work/static/bench"
 head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/obj.bin"
+head -c "${SIZE_MB}M" /dev/urandom >"$work/static/bench/fill.bin"
 cp "$work/seed/obj.bin" "$work/static/bench/obj.bin"
 # The test origin (the reference pass), with the same object.
 start_origin "$work/seed"
@@ -67,7 +71,7 @@ nginx_pids() {
 # The origin: the file as it is, from the page cache.
 sport=$(free_port)
 nginx_conf static "$sport" "server { listen 127.0.0.1:$sport; root $work/static; }"
-cat "$work/static/bench/obj.bin" >/dev/null
+cat "$work/static/bench/obj.bin" "$work/static/bench/fill.bin" >/dev/null
 origin="127.0.0.1:$sport"
 # A caching proxy in front of it.
 pport=$(free_port)
@@ -88,18 +92,20 @@ nginx_conf proxy "$pport" "
       proxy_pass http://origin;
     }
   }"
-# The node, in front of the same origin.
-start_node n1
+# The node, in front of the same origin: a RAM tier that holds one object whole
+# (the warm pass's), not two.
+NODE_RAM="$((SIZE_MB + 128))MiB" start_node n1
 shoal=$node
 
-# pass NAME ENDPOINT PIDS FLAGS...: one s3_load pass; prints "MB/s ms-per-GiB".
+# pass NAME ENDPOINT PIDS FLAGS...: one s3_load pass over $KEY (obj.bin);
+# prints "MB/s ms-per-GiB".
 pass() {
   local name=$1 ep=$2 pids_of=$3 out t0 t1 bytes mbs; shift 3
   out="$work/$name.out"
   prefault $((SIZE_MB * 2))
   t0=$(cpu_ticks $pids_of)
   SHOAL_LOAD_ACCESS_KEY=${LOAD_KEY:-$NODE_KEY} SHOAL_LOAD_SECRET_KEY=${LOAD_SECRET:-$NODE_SECRET} \
-    taskset -c "$READER_CPUS" "$bin/examples/s3_load" --endpoint "http://$ep" --bucket bench --key obj.bin \
+    taskset -c "$READER_CPUS" "$bin/examples/s3_load" --endpoint "http://$ep" --bucket bench --key "${KEY:-obj.bin}" \
     --size "$size" --concurrency "$CONC" "$@" >"$out"
   t1=$(cpu_ticks $pids_of)
   grep -q 'errors=0 ' "$out" || { echo "$name: requests failed: $(cat "$out")" >&2; exit 1; }
@@ -107,8 +113,12 @@ pass() {
   mbs=$(sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p' "$out")
   echo "$mbs $(ms_per_gib $((t1 - t0)) "$bytes")"
 }
+# Each pass runs in a subshell: one that failed leaves its figures empty.
+check() { local v; for v in "$@"; do [ -n "$v" ] || { echo "a pass failed (see above)" >&2; exit 1; }; done; }
 
 node_pid=${node_pids[0]}
+read -r node_fill node_fill_cpu <<<"$(KEY=fill.bin pass node-fill "$shoal" "$node_pid" --once)"
+read -r proxy_fill proxy_fill_cpu <<<"$(KEY=fill.bin pass proxy-fill "127.0.0.1:$pport" "$(nginx_pids proxy)" --once)"
 read -r node_cold node_cold_cpu <<<"$(pass node-cold "$shoal" "$node_pid" --once)"
 read -r proxy_cold proxy_cold_cpu <<<"$(pass proxy-cold "127.0.0.1:$pport" "$(nginx_pids proxy)" --once)"
 read -r node_warm node_warm_cpu <<<"$(pass node-warm "$shoal" "$node_pid" --seconds "$SECONDS_EACH")"
@@ -116,17 +126,21 @@ read -r static_warm static_warm_cpu <<<"$(pass static-warm "$origin" "$(nginx_pi
 read -r proxy_warm proxy_warm_cpu <<<"$(pass proxy-warm "127.0.0.1:$pport" "$(nginx_pids proxy)" --seconds "$SECONDS_EACH")"
 read -r direct direct_cpu <<<"$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_SECRET_KEY \
   pass direct "$test_origin" "${pids[0]}" --seconds "$SECONDS_EACH")"
+check "$node_fill" "$proxy_fill" "$node_cold" "$proxy_cold" "$node_warm" "$static_warm" "$proxy_warm" "$direct"
 
 echo "node: 1 MiB ranged GETs, $CONC connections, ${SIZE_MB} MiB object; servers on core $SERVICE_CPUS, clients on core $READER_CPUS"
 printf '%-44s %10s %16s\n' "server" "MB/s" "CPU ms per GiB"
-printf '%-44s %10s %16s\n' "shoal-node, cold (from the origin)" "$node_cold" "$node_cold_cpu"
-printf '%-44s %10s %16s\n' "nginx proxy_cache + slice 1m, cold" "$proxy_cold" "$proxy_cold_cpu"
+printf '%-44s %10s %16s\n' "shoal-node, cold, RAM tier filling" "$node_fill" "$node_fill_cpu"
+printf '%-44s %10s %16s\n' "nginx proxy_cache + slice 1m, cold, filling" "$proxy_fill" "$proxy_fill_cpu"
+printf '%-44s %10s %16s\n' "shoal-node, cold, RAM tier full" "$node_cold" "$node_cold_cpu"
+printf '%-44s %10s %16s\n' "nginx proxy_cache + slice 1m, cold, second" "$proxy_cold" "$proxy_cold_cpu"
 printf '%-44s %10s %16s\n' "shoal-node, warm (RAM tier)" "$node_warm" "$node_warm_cpu"
 printf '%-44s %10s %16s\n' "nginx sendfile (the file, page cache)" "$static_warm" "$static_warm_cpu"
 printf '%-44s %10s %16s\n' "nginx proxy_cache + slice 1m, warm" "$proxy_warm" "$proxy_warm_cpu"
 printf '%-44s %10s %16s\n' "test origin read directly (in-memory s3s)" "$direct" "$direct_cpu"
 printf '%-60s %10s %10s\n' "ratio" "value" "target"
-printf '%-60s %10s %10s\n' "cold CPU per GiB: node / nginx proxy_cache + slice" "$(ratio "$node_cold_cpu" "$proxy_cold_cpu")" "<= 1"
+printf '%-60s %10s %10s\n' "cold CPU per GiB, filling: node / nginx proxy_cache + slice" "$(ratio "$node_fill_cpu" "$proxy_fill_cpu")" ""
+printf '%-60s %10s %10s\n' "cold CPU per GiB, full: node / nginx proxy_cache + slice" "$(ratio "$node_cold_cpu" "$proxy_cold_cpu")" "<= 1"
 printf '%-60s %10s %10s\n' "warm CPU per GiB: node / nginx sendfile" "$(ratio "$node_warm_cpu" "$static_warm_cpu")" "<= 1.2"
 printf '%-60s %10s %10s\n' "warm MB/s: node / nginx sendfile" "$(ratio "$node_warm" "$static_warm")" ""
 printf '%-60s %10s %10s\n' "warm MB/s: node / nginx proxy_cache + slice" "$(ratio "$node_warm" "$proxy_warm")" ""
