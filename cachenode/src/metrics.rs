@@ -70,6 +70,9 @@ pub struct Metrics {
     pub evictions: Family<TierLabel, Counter>,
     /// Disk blocks that failed their checksum and were dropped.
     pub checksum_failures: Counter,
+    /// Block buffers allocated because none was free, and buffers used again.
+    pub buffers_allocated: Counter,
+    pub buffers_reused: Counter,
     /// Disk blocks that could not be read (served from the origin instead).
     pub disk_read_failures: Counter,
     /// Blocks the disk tier could not write (full, read-only, permissions).
@@ -194,7 +197,15 @@ impl Metrics {
     }
 
     /// Brings the tier levels and counts up to date.
-    pub fn tiers(&self, ram: &TierStats, disk: &TierStats, failures: DiskFailures) {
+    pub fn tiers(
+        &self,
+        ram: &TierStats,
+        disk: &TierStats,
+        failures: DiskFailures,
+        pool: shoal::blocks::PoolStats,
+    ) {
+        catch_up(&self.buffers_allocated, pool.allocated);
+        catch_up(&self.buffers_reused, pool.reused);
         for (label, s) in [(RAM, ram), (DISK, disk)] {
             self.cache_bytes
                 .get_or_create(&label)
@@ -235,6 +246,8 @@ impl Metrics {
             "coalesced_waits" => self.coalesced_waits, "Block requests that waited on a fetch in flight";
             "evictions" => self.evictions, "Blocks evicted, by tier";
             "checksum_failures" => self.checksum_failures, "Disk blocks dropped for a bad checksum";
+            "block_buffers_allocated" => self.buffers_allocated, "Block buffers allocated because none was free to use again";
+            "block_buffers_reused" => self.buffers_reused, "Block buffers used again for a new block";
             "disk_read_failures" => self.disk_read_failures, "Disk blocks that could not be read, fetched instead";
             "disk_write_failures" => self.disk_write_failures, "Blocks the disk tier could not write (full, read-only, permissions)";
             "connections_open" => self.connections_open, "Client connections open";

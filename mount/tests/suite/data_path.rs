@@ -1,0 +1,128 @@
+//! Where a read's bytes go on their way to the kernel: answered as they arrive
+//! (cut-through), written once into buffers that are used again, and not kept
+//! twice once the kernel's page cache holds them.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+
+use crate::common::*;
+use shoal_testorigin::FaultSettings;
+
+/// Metrics of the mount at `addr`, as numbers by series.
+async fn value(addr: &str, series: &str) -> f64 {
+    metric(&scrape(addr).await, series)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_read_is_answered_before_its_block_has_arrived() {
+    let o = origin().await;
+    let body = data(2 << 20, 31);
+    o.put(BUCKET, "slow.bin", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, dir.path(), "n");
+    let addr = free_addr();
+    // The origin's first bytes come slowly too: the node is not given up on.
+    let toml = mount_toml(&o, &[&node], "")
+        .replace(
+            "first_byte_timeout = \"1s\"",
+            "first_byte_timeout = \"30s\"",
+        )
+        .replace("stall_timeout = \"1s\"", "stall_timeout = \"30s\"");
+    let m = Mount::start(&toml, BUCKET, &["--metrics-addr", &addr]);
+    // A block takes the origin eight seconds to send whole.
+    o.faults.set(FaultSettings {
+        bandwidth_bytes_per_sec: 128 << 10,
+        ..Default::default()
+    });
+    let path = m.path("slow.bin");
+    let first = tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::File::open(path).unwrap();
+        let mut buf = vec![0u8; 4096];
+        f.read_exact(&mut buf).unwrap();
+        buf
+    })
+    .await
+    .unwrap();
+    assert_eq!(first, body[..4096]);
+    // The bytes came while their block was still arriving: no block is whole
+    // yet, and none was read from the origin by the mount itself.
+    assert_eq!(
+        value(&addr, "shoal_client_blocks_total{source=\"node\"}").await,
+        0.0
+    );
+    assert_eq!(
+        value(&addr, "shoal_client_blocks_total{source=\"origin\"}").await,
+        0.0
+    );
+    o.faults.clear();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_the_page_cache_took_whole_leave_the_ram_tier_and_their_buffers_are_reused() {
+    let o = origin().await;
+    let cached = data(4 << 20, 32);
+    let direct = data(4 << 20, 33);
+    o.put(BUCKET, "cached.bin", cached.clone());
+    o.put(BUCKET, "direct.bin", direct.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, dir.path(), "n");
+    let addr = free_addr();
+    let m = Mount::start(
+        &mount_toml(&o, &[&node], ""),
+        BUCKET,
+        &["--metrics-addr", &addr],
+    );
+    // Read through the page cache in whole blocks, as dd bs=1M and the
+    // kernel's read-ahead ask for them.
+    let got = sh_ok(&format!(
+        "dd if={} bs=1M status=none | md5sum",
+        q(&m.path("cached.bin"))
+    ))
+    .await;
+    let want = sh_ok(&format!(
+        "md5sum < {}",
+        q(&write_local(dir.path(), "cached.bin", &cached))
+    ))
+    .await;
+    assert_eq!(got, want);
+    let ram = value(&addr, "shoal_client_ram_bytes").await;
+    assert!(
+        ram < (1 << 20) as f64,
+        "{ram} bytes kept beside the page cache"
+    );
+    // An O_DIRECT reader's blocks stay: the kernel keeps none of them.
+    let path = m.path("direct.bin");
+    let read = tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .unwrap();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf).unwrap();
+            if n == 0 {
+                break out;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .unwrap();
+    assert!(read == direct[..], "O_DIRECT read differs");
+    let ram = value(&addr, "shoal_client_ram_bytes").await;
+    assert!(
+        ram >= (4 << 20) as f64,
+        "{ram} bytes kept for an O_DIRECT reader"
+    );
+    // The second file's blocks went into the buffers the first one's left.
+    assert!(value(&addr, "shoal_client_block_buffers_reused_total").await >= 1.0);
+}
+
+/// Writes `data` to `dir/name`; returns its path.
+fn write_local(dir: &std::path::Path, name: &str, data: &[u8]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, data).unwrap();
+    p
+}
