@@ -58,19 +58,11 @@ impl Fetcher {
     /// Fetches `req` (one block range of `bucket/key`, block `index`) through the
     /// cluster, falling back to the origin.
     pub(crate) async fn routed(&self, req: GetObject, index: u64) -> Result<Fetched, StoreError> {
-        let block = BlockId {
-            bucket: &req.bucket,
-            key: &req.key,
-            index,
-        };
         let ask = |node: NodeHandle, hedged: bool| {
-            let mut req = req.clone();
-            if hedged {
-                node_proto::set_cached_only(&mut req, true);
-            }
+            let req = as_asked(&req, hedged);
             async move { self.calls.node_get(&node, &req).await }
         };
-        match self.route(&block, ask).await {
+        match self.route(&block_of(&req, index), ask).await {
             Ok((bytes, meta)) => Ok((bytes, meta, Source::Node)),
             Err(Routed::Answer(e)) => Err(e),
             Err(Routed::Fallback(cause)) => self.read_origin(&req, cause).await,
@@ -188,19 +180,11 @@ impl Fetcher {
         E: Clone + Send + Sync + 'static,
     {
         let (start, end) = span(req);
-        let block = BlockId {
-            bucket: &req.bucket,
-            key: &req.key,
-            index,
-        };
         let ask = |node: NodeHandle, hedged: bool| {
-            let mut req = req.clone();
-            if hedged {
-                node_proto::set_cached_only(&mut req, true);
-            }
+            let req = as_asked(req, hedged);
             async move { self.calls.node_open(&node, &req).await }
         };
-        let (mut opened, mut spare) = match self.route_on(&block, ask).await {
+        let (mut opened, mut spare) = match self.route_on(&block_of(req, index), ask).await {
             Ok(answer) => answer,
             Err(Routed::Answer(e)) => return Err(e),
             Err(Routed::Fallback(cause)) => return self.fill_origin(req, cause, into).await,
@@ -282,6 +266,24 @@ impl Fetcher {
             .get_or_create(&label)
             .inc_by(bytes as u64);
     }
+}
+
+/// Block `index` of the object `req` asks for.
+fn block_of(req: &GetObject, index: u64) -> BlockId<'_> {
+    BlockId {
+        bucket: &req.bucket,
+        key: &req.key,
+        index,
+    }
+}
+
+/// `req` as a node is asked it: a hedge asks for what the node holds only.
+fn as_asked(req: &GetObject, hedged: bool) -> GetObject {
+    let mut req = req.clone();
+    if hedged {
+        node_proto::set_cached_only(&mut req, true);
+    }
+    req
 }
 
 /// The span `start..end` a block request asks for.

@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+use http::{HeaderMap, Method, StatusCode};
+
+use super::call::Call;
+use super::{xml, S3Client};
+use crate::aws::endpoint::bucket_region;
 use crate::store::{Deadline, StoreError};
 
 /// What a request was about, for error messages.
@@ -135,6 +140,98 @@ pub(super) fn transport_error(
             message,
         }
     }
+}
+
+impl S3Client {
+    pub(super) fn first_byte_timeout(&self) -> StoreError {
+        StoreError::Timeout {
+            endpoint: self.inner.label.clone(),
+            deadline: Deadline::FirstByte,
+            after: self.inner.opts.timeouts.first_byte,
+        }
+    }
+
+    /// What an error answer (`status`, its head and small body) means.
+    pub(super) fn error_answer(
+        &self,
+        call: &Call<'_>,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> StoreError {
+        let parsed = xml::parse_error(body);
+        if let Some(e) = self.wrong_region(call, status, headers, parsed.code.as_deref(), body) {
+            return e;
+        }
+        let refreshable = self.inner.creds.as_ref().is_some_and(|c| c.refreshes());
+        if call.method == Method::HEAD && status == StatusCode::BAD_REQUEST && refreshable {
+            // A HEAD has no error body to name ExpiredToken by, and S3 answers an
+            // expired token with a bare 400: worth one refresh.
+            return StoreError::ExpiredToken {
+                code: "Http400".into(),
+                message: "a HEAD answered 400 with no body, as for an expired token".into(),
+            };
+        }
+        let ctx = ErrorContext {
+            bucket: call.bucket,
+            key: call.key,
+            range: call.range.as_deref(),
+        };
+        from_response(status.as_u16(), parsed.code, parsed.message, &ctx)
+    }
+
+    /// A refusal that may be the bucket's requester-pays setting says so.
+    pub(super) fn with_hint(&self, mut e: StoreError, call: &Call<'_>) -> StoreError {
+        let inner = &*self.inner;
+        if let StoreError::AccessDenied { message } = &mut e {
+            if !inner.opts.request.requester_pays
+                && !call.bucket.is_empty()
+                && inner.creds.is_some()
+            {
+                message.push_str(
+                    " (if the bucket is requester-pays, set origin.requester_pays = true)",
+                );
+            }
+        }
+        e
+    }
+
+    /// A 301, or a 400 naming another region, for a bucket signed for this one.
+    fn wrong_region(
+        &self,
+        call: &Call<'_>,
+        status: StatusCode,
+        headers: &HeaderMap,
+        code: Option<&str>,
+        body: &[u8],
+    ) -> Option<StoreError> {
+        let about_region = status == StatusCode::MOVED_PERMANENTLY
+            || matches!(
+                code,
+                Some(
+                    "AuthorizationHeaderMalformed"
+                        | "PermanentRedirect"
+                        | "IllegalLocationConstraintException"
+                )
+            )
+            || (status == StatusCode::BAD_REQUEST && headers.contains_key("x-amz-bucket-region"));
+        if !about_region || call.bucket.is_empty() {
+            return None;
+        }
+        let signed_for = self.region_of(call.bucket);
+        let region = bucket_region(headers, body).filter(|r| *r != signed_for)?;
+        Some(StoreError::WrongRegion {
+            bucket: call.bucket.to_owned(),
+            region,
+            signed_for,
+        })
+    }
+}
+
+/// An error status a passed-through request may owe to this client's own
+/// credentials or region, which it must handle rather than pass on.
+pub(super) fn may_be_ours(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 301 | 400 | 403)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! with no proxy between.
 
 mod call;
+mod chunked;
 mod encode;
 mod errors;
 mod list;
