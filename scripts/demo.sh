@@ -107,7 +107,7 @@ rate() { dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ { print $(NF-1), $NF
 echo "== big.bin through the mount, cold: each block fetched once from the origin by its owner node"
 echo "  $(rate "$work/mnt/big.bin")"
 drop_cache
-echo "== big.bin again, warm: blocks now in the nodes' RAM and the mount's RAM tier"
+echo "== big.bin again, warm: blocks now in the nodes' RAM (the mount kept none the page cache held)"
 echo "  $(rate "$work/mnt/big.bin")"
 
 echo "== md5sum of every file through the mount, against its source file"
