@@ -66,14 +66,6 @@ impl<E: Clone + Send + Sync + 'static> Growing<E> {
         (g.clone(), Filler { g })
     }
 
-    /// A block already whole: `data`, copied.
-    pub fn complete(data: &[u8]) -> Arc<Growing<E>> {
-        let (g, mut f) = Growing::new(Buffer::unpooled(data.len()));
-        f.push(data).expect("sized for it");
-        g.finish(Ok(()));
-        g
-    }
-
     /// Bytes arrived so far.
     pub fn len(&self) -> u64 {
         self.filled.load(Ordering::Acquire) as u64
@@ -262,11 +254,6 @@ impl<E: Clone + Send + Sync + 'static> Filler<E> {
         spare[..b.len()].copy_from_slice(b);
         self.commit(b.len());
         Ok(())
-    }
-
-    /// The block being filled, as its readers see it.
-    pub fn growing(&self) -> &Arc<Growing<E>> {
-        &self.g
     }
 }
 

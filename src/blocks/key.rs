@@ -36,6 +36,14 @@ impl BlockKey {
         self.index * self.block_size
     }
 
+    /// How many bytes this block holds of an object of `size` bytes (none past
+    /// its end).
+    pub fn len_in(&self, size: u64) -> u64 {
+        (self.start() + self.block_size)
+            .min(size)
+            .saturating_sub(self.start())
+    }
+
     /// A stable 128-bit digest of the identity, for file names.
     pub fn digest(&self) -> u128 {
         let mut buf = Vec::with_capacity(40 + self.bucket.len() + self.key.len() + self.etag.len());

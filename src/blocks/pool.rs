@@ -61,10 +61,6 @@ impl BufferPool {
         }))
     }
 
-    pub fn size(&self) -> usize {
-        self.0.size
-    }
-
     /// A buffer of `len` bytes: an idle one of the pool's size when `len` is that
     /// size, else one made for it (not kept afterwards).
     pub fn take(&self, len: usize) -> Buffer {
@@ -146,7 +142,12 @@ impl Drop for Buffer {
         let mut idle = pool.idle.lock().unwrap();
         if idle.len() < pool.max_idle {
             idle.push(mem);
+            return;
         }
+        // Freed outside the lock: giving a large buffer back to the system may
+        // take a system call.
+        drop(idle);
+        drop(mem);
     }
 }
 

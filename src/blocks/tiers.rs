@@ -444,6 +444,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_block_let_go_leaves_ram_whether_it_landed_or_is_still_arriving() {
+        let t: Tiers<(), String> = Tiers::new(1 << 20, 4, None);
+        get_or_fetch(&t, key(5), async { Ok(Bytes::from_static(b"held")) })
+            .await
+            .unwrap();
+        assert!(t.cached(&key(5)).await);
+        t.let_go(&key(5), &());
+        assert!(!t.cached(&key(5)).await, "a landed block is dropped");
+        // Let go while its fetch is still on its way: it never lands in RAM.
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let block = t
+            .open(key(6), (), true, 4, |mut g| async move {
+                let _ = wait.await;
+                g.push(b"late").unwrap();
+                Ok(())
+            })
+            .await;
+        t.let_go(&key(6), &());
+        go.send(()).unwrap();
+        assert_eq!(
+            block.whole().await.unwrap().0,
+            "late",
+            "its askers still get it"
+        );
+        // The landing (after the askers are told) has run once the entry is gone.
+        while t.arriving(&key(6), &()).is_some() {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !t.cached(&key(6)).await,
+            "a block let go in flight is not kept"
+        );
+        // Another block is kept as usual.
+        get_or_fetch(&t, key(7), async { Ok(Bytes::from_static(b"kept")) })
+            .await
+            .unwrap();
+        assert!(t.cached(&key(7)).await);
+    }
+
+    #[tokio::test]
     async fn askers_stream_a_fetch_as_it_arrives_and_a_dying_fetch_ends_them() {
         let t: Tiers<(), String> = Tiers::new(1 << 20, 4, None);
         let (go, wait) = tokio::sync::oneshot::channel::<()>();

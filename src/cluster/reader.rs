@@ -288,17 +288,10 @@ impl ClusterReader {
         hop: u32,
     ) -> Block<ReadError> {
         let bk = self.key(bucket, key, &meta.etag, index);
-        let range = self.block_range(index, meta.size);
-        let len = match range {
-            ByteRange::From {
-                first,
-                last: Some(last),
-            } => (last + 1 - first) as usize,
-            _ => unreachable!("a block's range is closed"),
-        };
+        let len = bk.len_in(meta.size) as usize;
         let me = self.clone();
         let mut req = GetObject::new(bucket, key)
-            .range(range)
+            .range(self.block_range(index, meta.size))
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
         let block = self

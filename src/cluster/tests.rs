@@ -222,7 +222,8 @@ async fn a_body_cut_midway_is_resumed_from_the_next_node_for_the_rest_only() {
 #[tokio::test(start_paused = true)]
 async fn a_read_inside_a_block_is_answered_before_the_block_has_arrived() {
     let r = Rig::new(2, |c| c.timeouts.stall = Duration::from_secs(30));
-    // The owner sends the first 8 KiB, then nothing for 10 s, then the rest.
+    // The owner sends the first 8 KiB, then nothing: the rest comes from the
+    // next node once the stall deadline has passed.
     r.ranked[0].always(Some(Fault::StallAfter(8192)));
     let h = r.reader.open(B, "k", Some(r.meta())).await.unwrap();
     let first = tokio::time::timeout(Duration::from_secs(5), h.read_parts(100, 4000))

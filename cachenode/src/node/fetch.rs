@@ -75,11 +75,7 @@ impl BodySink for IntoBlock<'_> {
     }
 
     fn begin(&mut self, meta: &ObjectMeta, start: u64, end: u64) -> Result<(), NodeError> {
-        let want = self.want.unwrap_or_else(|| {
-            (self.bk.start() + self.bk.block_size)
-                .min(meta.size)
-                .saturating_sub(self.bk.start())
-        });
+        let want = self.want.unwrap_or_else(|| self.bk.len_in(meta.size));
         if meta.etag != *self.bk.etag || start != self.bk.start() || end - start != want {
             return Err(NodeError::BadBlock {
                 index: self.bk.index,
@@ -161,7 +157,7 @@ impl Source {
         into: &mut Fill<NodeError>,
     ) -> Result<ObjectMeta, NodeError> {
         let start = bk.start();
-        let want = size.map(|s| (start + bk.block_size).min(s).saturating_sub(start));
+        let want = size.map(|s| bk.len_in(s));
         let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
         req.range = Some(match want {
             Some(w) => ByteRange::span(start, start + w),
@@ -202,9 +198,7 @@ impl Source {
         if let Some(owner) = seen.first() {
             crate::access::trace::upstream(owner);
         }
-        let want = (bk.start() + bk.block_size)
-            .min(meta.size)
-            .saturating_sub(bk.start());
+        let want = bk.len_in(meta.size);
         if data.len() as u64 != want || meta.etag != *bk.etag {
             return Err(NodeError::BadBlock {
                 index: bk.index,

@@ -96,7 +96,7 @@ impl Node {
         let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
         let forward = self.source.forwards(via, bucket, key, index * bs);
         let fill = self.policy(bucket, key).cache;
-        let len = ((index + 1) * bs).min(meta.size).saturating_sub(index * bs) as usize;
+        let len = bk.len_in(meta.size) as usize;
         let (source, meta, bk2) = (self.source.clone(), meta.clone(), bk.clone());
         // A fetch started for a request is that request's, wherever it runs.
         let asker = crate::access::trace::current();

@@ -401,12 +401,12 @@ impl S3Client {
         let sockets = inner.sockets.as_ref().expect("a socket transport");
         let (url, host) = self.url(call.bucket, call.key, &call.query);
         let headers = self.headers(call, &url, &host, creds)?;
+        // Where the request goes is the URL's host (a bucket's own name when
+        // virtual-hosted), with the scheme's port where the endpoint names none.
         let ep = &inner.opts.endpoint;
-        let port = ep.port_or_known_default().unwrap_or(80);
-        let authority = match ep.host() {
-            Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
-            Some(h) => format!("{h}:{port}"),
-            None => return Err(self.protocol(format!("no host in {ep}"))),
+        let authority = match ep.port() {
+            Some(_) => host.clone(),
+            None => format!("{host}:{}", ep.port_or_known_default().unwrap_or(80)),
         };
         // What follows the authority in the URL: the encoded path and query.
         let path = url

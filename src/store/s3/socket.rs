@@ -365,47 +365,24 @@ impl SocketBody {
             return Ok(0);
         }
         let want = (dst.len() as u64).min(self.remaining) as usize;
-        let sockets = self.sockets.clone();
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(sockets.transport("the body was already abandoned".into()));
+        let Some(conn) = self.conn.as_ref() else {
+            return Err(self
+                .sockets
+                .transport("the body was already abandoned".into()));
         };
-        loop {
-            match conn.try_read(&mut dst[..want]) {
-                Ok(0) => {
-                    self.conn = None;
-                    return Err(sockets.transport(format!(
-                        "body cut off: the connection closed {} bytes short",
-                        self.remaining
-                    )));
+        let got = read_some(conn, &mut dst[..want], &self.sockets, self.remaining).await;
+        match got {
+            Ok(n) => {
+                self.remaining -= n as u64;
+                if self.remaining == 0 {
+                    self.release();
                 }
-                Ok(n) => {
-                    self.remaining -= n as u64;
-                    if self.remaining == 0 {
-                        self.release();
-                    }
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match tokio::time::timeout(sockets.stall, conn.readable()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            self.conn = None;
-                            return Err(sockets.transport(format!("body cut off: {e}")));
-                        }
-                        Err(_) => {
-                            self.conn = None;
-                            return Err(StoreError::Timeout {
-                                endpoint: sockets.label.clone(),
-                                deadline: Deadline::Stall,
-                                after: sockets.stall,
-                            });
-                        }
-                    }
-                }
-                Err(e) => {
-                    self.conn = None;
-                    return Err(sockets.transport(format!("body cut off: {e}")));
-                }
+                Ok(n)
+            }
+            Err(e) => {
+                // The connection is in an unknown place of an answer: never used again.
+                self.conn = None;
+                Err(e)
             }
         }
     }
@@ -446,20 +423,9 @@ impl SocketBody {
                 Chunks::Partial => {}
             }
             let mut buf = [0u8; 4096];
-            let read = tokio::time::timeout(self.sockets.stall, async {
-                loop {
-                    match conn.try_read(&mut buf) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            conn.readable().await?
-                        }
-                        r => return r,
-                    }
-                }
-            })
-            .await;
-            match read {
-                Ok(Ok(n)) if n > 0 => raw.extend_from_slice(&buf[..n]),
-                _ => return Vec::new(),
+            match read_some(&conn, &mut buf, &self.sockets, 0).await {
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(_) => return Vec::new(),
             }
         }
     }
@@ -474,6 +440,40 @@ impl SocketBody {
                     std::mem::take(&mut self.buf),
                 );
             }
+        }
+    }
+}
+
+/// Some bytes (at least one) of a body off `conn` into `dst`, within the stall
+/// deadline for each wait; `left` of it are still to come.
+async fn read_some(
+    conn: &TcpStream,
+    dst: &mut [u8],
+    sockets: &Sockets,
+    left: u64,
+) -> Result<usize, StoreError> {
+    loop {
+        match conn.try_read(dst) {
+            Ok(0) => {
+                return Err(sockets.transport(format!(
+                    "body cut off: the connection closed {left} bytes short"
+                )))
+            }
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(sockets.stall, conn.readable()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(sockets.transport(format!("body cut off: {e}"))),
+                    Err(_) => {
+                        return Err(StoreError::Timeout {
+                            endpoint: sockets.label.clone(),
+                            deadline: Deadline::Stall,
+                            after: sockets.stall,
+                        })
+                    }
+                }
+            }
+            Err(e) => return Err(sockets.transport(format!("body cut off: {e}"))),
         }
     }
 }
