@@ -57,6 +57,7 @@ impl ClusterReader {
             meta,
             hop,
             stale: Default::default(),
+            let_go_below: Default::default(),
         }))
     }
 }
@@ -69,6 +70,9 @@ pub(crate) struct HandleInner {
     /// Sent with every node request of this handle (0 = none).
     pub hop: u32,
     pub stale: AtomicBool,
+    /// Blocks below this one were handed over whole to the page cache (or are
+    /// before one that was): fetching them ahead would fetch them again.
+    pub let_go_below: std::sync::atomic::AtomicU64,
 }
 
 /// What a read got: the buffers its bytes are in, and whether it waited for
@@ -221,6 +225,7 @@ impl Handle {
     /// kernel's page cache): the RAM tier need not keep it too.
     pub fn let_go(&self, index: u64) {
         let h = &self.0;
+        h.let_go_below.fetch_max(index + 1, Relaxed);
         h.reader.let_go(&h.bucket, &h.key, &h.meta.etag, index);
     }
 
@@ -256,7 +261,12 @@ impl Handle {
         tokio::spawn(async move {
             let h = &me.0;
             // Each block's fetch runs in a task of its own: starting it is enough.
+            // A block the kernel took while this task waited to run is not
+            // fetched again.
             for i in first..(first + count).min(last) {
+                if i < h.let_go_below.load(Relaxed) {
+                    continue;
+                }
                 h.reader.metrics.prefetched.inc();
                 drop(
                     h.reader

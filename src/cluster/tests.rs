@@ -240,6 +240,28 @@ async fn a_read_inside_a_block_is_answered_before_the_block_has_arrived() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_block_handed_over_whole_is_not_fetched_ahead_again() {
+    let r = Rig::new(1, |_| {});
+    let h = r.reader.open(B, "k", Some(r.meta())).await.unwrap();
+    assert_eq!(
+        h.read_parts(0, BS).await.unwrap().parts.concat().len() as u64,
+        BS
+    );
+    h.let_go(0);
+    let asked = r.ranked[0].gets();
+    // Read-ahead that started before the kernel took block 0 and runs after.
+    h.prefetch(0, 2);
+    while r.reader.inflight_blocks() > 0 || r.ranked[0].gets() == asked {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    while r.reader.inflight_blocks() > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(r.ranked[0].gets(), asked + 1, "block 1 only");
+    assert_eq!(r.reader.metrics.prefetched.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_breaker_opens_after_failures_and_closes_after_its_cooldown() {
     let r = Rig::new(2, |c| {
         c.breaker.failures = 3;
