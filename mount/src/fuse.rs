@@ -5,11 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use crate::fs::{Attr, Fs, FsError, Kind};
+use shoal::store::pipe::Pipe;
+
+use crate::fs::{Attr, Fs, FsError, Kind, PipeOut, ReadOut};
 use crate::kernel::abi::init;
 use crate::kernel::{Channel, DirBuf, FileAttr, Header, Negotiated, Op, Reply, Wants};
 use crate::metrics::MountMetrics;
 use crate::passthrough::{BackingId, Open};
+use crate::pipes::Pipes;
 
 /// FUSE requests carry at most this much: 256 pages, the kernel's limit here.
 pub const MAX_REQUEST: u32 = 1 << 20;
@@ -44,6 +47,7 @@ pub struct FuseFs {
     ttl: Duration,
     metrics: Arc<MountMetrics>,
     chan: Arc<Channel>,
+    pipes: Arc<Pipes>,
 }
 
 impl FuseFs {
@@ -67,6 +71,7 @@ impl FuseFs {
             ttl,
             metrics,
             chan,
+            pipes: Default::default(),
         }
     }
 
@@ -148,12 +153,26 @@ impl crate::kernel::Handler for FuseFs {
                 offset,
                 size,
                 direct,
-            } => self.spawn("read", async move {
-                match fs.read(fh, offset, size, !direct).await {
-                    Ok(parts) => reply.data(&parts),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
+            } => {
+                let pipes = self.pipes.clone();
+                self.spawn("read", async move {
+                    // A pipe only for what the page cache will keep.
+                    let mut pipe = if direct { None } else { pipes.take() };
+                    let head = |p: &mut Pipe, n: usize| reply.head_pipe(p, n);
+                    let out = pipe.as_mut().map(|pipe| PipeOut { pipe, head: &head });
+                    match fs.read(fh, offset, size, !direct, out).await {
+                        Ok(ReadOut::Parts(parts)) => reply.data(&parts),
+                        Ok(ReadOut::Piped) => match pipe.as_mut() {
+                            Some(p) => reply.piped(p),
+                            None => reply.error(libc::EIO),
+                        },
+                        Err(e) => reply.error(errno(&e)),
+                    }
+                    if let Some(p) = pipe {
+                        pipes.give(p);
+                    }
+                })
+            }
             Op::Release { fh } => {
                 self.fs.release(fh);
                 self.fs.passthrough.release(fh);

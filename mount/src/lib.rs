@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod link;
 pub mod metrics;
 pub mod passthrough;
+pub mod pipes;
 pub mod server;
 
 use std::net::SocketAddr;

@@ -32,6 +32,8 @@ pub struct MountMetrics {
     pub reads: Counter,
     pub read_bytes: Counter,
     pub readahead_blocks: Counter,
+    pub spliced_reads: Counter,
+    pub spliced_bytes: Counter,
     pub prefetched_files: Counter,
     pub prefetched_listings: Counter,
     pub skipped_names: Counter,
@@ -55,6 +57,8 @@ impl Default for MountMetrics {
             reads: Default::default(),
             read_bytes: Default::default(),
             readahead_blocks: Default::default(),
+            spliced_reads: Default::default(),
+            spliced_bytes: Default::default(),
             prefetched_files: Default::default(),
             prefetched_listings: Default::default(),
             skipped_names: Default::default(),
@@ -81,7 +85,9 @@ impl MountMetrics {
             "op_seconds" => self.op_seconds, "FUSE operation latency, by operation";
             "reads" => self.reads, "FUSE reads served";
             "read_bytes" => self.read_bytes, "Bytes returned to FUSE reads";
-            "readahead_blocks" => self.readahead_blocks, "Blocks fetched ahead of sequential reads";
+            "readahead_blocks" => self.readahead_blocks, "Blocks fetched ahead of sequential reads (or, for spliced reads, asked of their nodes ahead)";
+            "spliced_reads" => self.spliced_reads, "FUSE reads answered by splicing a node's body to the kernel";
+            "spliced_bytes" => self.spliced_bytes, "Bytes spliced from nodes to the kernel, never copied into the mount";
             "prefetched_files" => self.prefetched_files, "Files whose first block was fetched ahead of a directory walk";
             "prefetched_listings" => self.prefetched_listings, "Directory listings fetched ahead of a directory walk";
             "skipped_names" => self.skipped_names, "Keys skipped for not being valid file names";
@@ -100,6 +106,8 @@ impl MountMetrics {
         count(&self.reads, &s.reads);
         count(&self.read_bytes, &s.read_bytes);
         count(&self.readahead_blocks, &s.readahead_blocks);
+        count(&self.spliced_reads, &s.spliced_reads);
+        count(&self.spliced_bytes, &s.spliced_bytes);
         count(&self.prefetched_files, &s.prefetched_files);
         count(&self.prefetched_listings, &s.prefetched_listings);
         count(&self.skipped_names, &s.skipped_names);

@@ -214,6 +214,7 @@ async fn build(
             prefetch_files: spec.prefetch_files,
             metadata_via_cluster: spec.config.mount.metadata == MetadataSource::Cluster
                 && spec.config.cluster().is_some(),
+            splice: spec.config.mount.splice_reads,
         },
         reader,
         disk,

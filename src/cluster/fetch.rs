@@ -26,7 +26,8 @@ use crate::blocks::Filler;
 use crate::node_proto;
 use crate::route::state::NoNode;
 use crate::route::{BlockId, NodeHandle};
-use crate::store::{get_into, BodySink, ByteRange, GetObject, ObjectMeta, StoreError};
+use crate::store::pipe::Pipe;
+use crate::store::{get_into, BodySink, ByteRange, GetObject, ObjectMeta, Spliced, StoreError};
 
 /// Where a block came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,8 +169,7 @@ impl Fetcher {
 
     /// Fills `into` with `req` (one block range of `bucket/key`, block `index`,
     /// pinned by `If-Match`) through the cluster, falling back to the origin; says
-    /// who sent the last bytes. `into` holds the bytes already written on entry
-    /// (none, or what an earlier attempt left): only the rest is asked for.
+    /// who sent the last bytes. `into` is empty on entry.
     pub(crate) async fn fill<E>(
         &self,
         req: &GetObject,
@@ -184,29 +184,111 @@ impl Fetcher {
             let req = as_asked(req, hedged);
             async move { self.calls.node_open(&node, &req).await }
         };
-        let (mut opened, mut spare) = match self.route_on(&block_of(req, index), ask).await {
+        let (opened, spare) = match self.route_on(&block_of(req, index), ask).await {
             Ok(answer) => answer,
             Err(Routed::Answer(e)) => return Err(e),
             Err(Routed::Fallback(cause)) => return self.fill_origin(req, cause, into).await,
         };
+        let failed = match check(&opened, req, start, end) {
+            Err(e) if e.is_answer() => return Err(e),
+            Err(e) => Some(e),
+            Ok(()) => None,
+        };
+        self.fill_from(req, opened, spare, failed, into).await
+    }
+
+    /// Splices `req` (a range inside block `index`, pinned by `If-Match`) from
+    /// the node that answers it into `pipe`, after the pipe's prefix; routed,
+    /// failed over and hedged as a block is. What cannot go into the pipe whole
+    /// (no node answered, the pipe filled, the body broke off) is read into
+    /// `into` instead, the pipe drained into it first.
+    pub(crate) async fn pipe<E>(
+        &self,
+        req: &GetObject,
+        index: u64,
+        pipe: &mut Pipe,
+        filler: impl FnOnce() -> Filler<E>,
+    ) -> Result<Option<(Source, Filler<E>)>, StoreError>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        let (start, end) = span(req);
+        let ask = |node: NodeHandle, hedged: bool| {
+            let req = as_asked(req, hedged);
+            async move { self.calls.node_open(&node, &req).await }
+        };
+        let (mut opened, spare) = match self.route_on(&block_of(req, index), ask).await {
+            Ok(answer) => answer,
+            Err(Routed::Answer(e)) => return Err(e),
+            Err(Routed::Fallback(cause)) => {
+                let mut into = filler();
+                let source = self.fill_origin(req, cause, &mut into).await?;
+                return Ok(Some((source, into)));
+            }
+        };
+        let failed = match check(&opened, req, start, end) {
+            Err(e) if e.is_answer() => return Err(e),
+            Err(e) => Some(e),
+            Ok(()) => match opened.resp.body.splice_into(pipe, end - start).await {
+                Ok(Spliced::Whole) => return Ok(None),
+                Ok(Spliced::Stopped) => None,
+                Err(e) => Some(e),
+            },
+        };
+        // The bytes in the pipe came before the stop or the break: kept.
+        let mut into = filler();
+        let n = pipe
+            .drain(into.spare())
+            .map_err(|e| StoreError::Transport {
+                endpoint: "a pipe".into(),
+                message: e.to_string(),
+            })?;
+        into.commit(n);
+        let source = self
+            .fill_from(req, opened, spare, failed, &mut into)
+            .await?;
+        Ok(Some((source, into)))
+    }
+
+    /// Goes on filling `into` from `opened`'s body (checked already; failed
+    /// already with `failed`, if given), then from `spare` or the origin if it
+    /// breaks off.
+    async fn fill_from<E>(
+        &self,
+        req: &GetObject,
+        mut opened: Opened,
+        mut spare: Option<NodeHandle>,
+        mut failed: Option<StoreError>,
+        into: &mut Filler<E>,
+    ) -> Result<Source, StoreError>
+    where
+        E: Clone + Send + Sync + 'static,
+    {
+        let (start, end) = span(req);
         loop {
-            let at = start + into.len() as u64;
-            let failed = match check(&opened, req, at, end) {
-                Err(e) if e.is_answer() => return Err(e),
-                Err(e) => e,
-                Ok(()) => match read_body(&mut opened, into, end - at).await {
-                    Ok(()) => return Ok(Source::Node),
-                    Err(e) => e,
-                },
+            let error = match failed.take() {
+                Some(e) => e,
+                None => {
+                    let at = start + into.len() as u64;
+                    match read_body(&mut opened, into, end - at).await {
+                        Ok(()) => return Ok(Source::Node),
+                        Err(e) => e,
+                    }
+                }
             };
-            self.calls.body_failed(&opened.node, &failed);
-            let mut cause = cause_of(&failed);
+            self.calls.body_failed(&opened.node, &error);
+            let mut cause = cause_of(&error);
             // Once, on the next ranked node, for the rest; else the origin.
             if let Some(node) = spare.take() {
                 self.metrics.failovers.inc();
-                let rest = rest_of(req, start + into.len() as u64, end);
-                match self.calls.node_open(&node, &rest).await {
+                let at = start + into.len() as u64;
+                match self.calls.node_open(&node, &rest_of(req, at, end)).await {
                     Ok(o) => {
+                        match check(&o, req, at, end) {
+                            Err(e) if e.is_answer() => return Err(e),
+                            Err(e) => failed = Some(e),
+                            Ok(()) => {}
+                        }
                         opened = o;
                         continue;
                     }

@@ -58,6 +58,7 @@ impl ClusterReader {
             hop,
             stale: Default::default(),
             let_go_below: Default::default(),
+            warming: Default::default(),
         }))
     }
 }
@@ -73,6 +74,9 @@ pub(crate) struct HandleInner {
     /// Blocks below this one were handed over whole to the page cache (or are
     /// before one that was): fetching them ahead would fetch them again.
     pub let_go_below: std::sync::atomic::AtomicU64,
+    /// Blocks whose owners were asked to have them ready and have not answered
+    /// yet ([`Handle::warm`]).
+    pub warming: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 /// What a read got: the buffers its bytes are in, and whether it waited for
@@ -109,7 +113,11 @@ impl Handle {
         self.0.stale.load(Relaxed)
     }
 
-    fn stale_error(&self) -> ReadError {
+    pub(super) fn inner(&self) -> &HandleInner {
+        &self.0
+    }
+
+    pub(super) fn stale_error(&self) -> ReadError {
         ReadError::Stale {
             bucket: self.0.bucket.to_string(),
             key: self.0.key.to_string(),
@@ -135,7 +143,7 @@ impl Handle {
     }
 
     /// Marks the handle stale the first time a read finds the object changed.
-    async fn note_stale<T>(&self, r: Result<T, ReadError>) -> Result<T, ReadError> {
+    pub(super) async fn note_stale<T>(&self, r: Result<T, ReadError>) -> Result<T, ReadError> {
         let h = &self.0;
         match r {
             Err(e @ ReadError::Stale { .. }) => {

@@ -23,6 +23,7 @@ mod handle;
 mod metadata;
 pub mod metrics;
 mod nodes;
+mod piped;
 mod reader;
 #[cfg(test)]
 mod tests;
@@ -32,4 +33,5 @@ pub use handle::{Handle, Parts};
 pub use metadata::ClusterMetadata;
 pub use metrics::{ClusterMetrics, Fallback};
 pub use nodes::{Nodes, S3Nodes};
+pub use piped::Piped;
 pub use reader::{ClusterReader, ReaderOptions, ReaderParts, Warmed};

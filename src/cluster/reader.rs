@@ -66,8 +66,8 @@ pub struct ClusterReader {
     pub(super) fetcher: Fetcher,
     cluster: ClusterConfig,
     /// The client's RAM tier (and a mount's disk tier), with one flight per block.
-    tiers: Tiers<(), ReadError>,
-    budget: Budget,
+    pub(super) tiers: Tiers<(), ReadError>,
+    pub(super) budget: Budget,
     pub metrics: Arc<ClusterMetrics>,
     /// Objects seen to change recently: the next open asks the origin first, since
     /// nodes may still hold the old version's ETag for `revalidate_after`.
@@ -78,8 +78,8 @@ pub struct ClusterReader {
 /// How many blocks all fetches together may have in flight, and how long one
 /// waits for a slot before it reads the origin instead (a gateway sheds; a mount,
 /// with no bound, waits: backpressure).
-struct Budget {
-    slots: Arc<Semaphore>,
+pub(super) struct Budget {
+    pub(super) slots: Arc<Semaphore>,
     limit: usize,
     queue_wait: Option<Duration>,
 }
@@ -199,7 +199,7 @@ impl ClusterReader {
             .set(nodes.iter().filter(|n| !self.router().is_down(n)).count() as i64);
     }
 
-    fn key(&self, bucket: &str, key: &str, etag: &str, index: u64) -> BlockKey {
+    pub(super) fn key(&self, bucket: &str, key: &str, etag: &str, index: u64) -> BlockKey {
         BlockKey::new(bucket, key, etag, self.cluster.block_size, index)
     }
 

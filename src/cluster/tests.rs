@@ -350,3 +350,44 @@ async fn a_changed_object_makes_the_handle_stale() {
     let h2 = r.reader.open(B, "k", None).await.unwrap();
     assert_eq!(h2.read(0, 1).await.unwrap()[0], 8);
 }
+
+#[tokio::test(start_paused = true)]
+async fn piped_reads_not_spliced_are_read_with_every_failover_and_warming_asks_one_byte() {
+    use crate::store::pipe::Pipe;
+    let r = Rig::new(3, |_| {});
+    r.ranked[0].always(Some(Fault::CutAfter(1000)));
+    let h = r.reader.open(B, "k", Some(r.meta())).await.unwrap();
+    let mut pipe = Pipe::new().unwrap();
+    pipe.prefix(b"head").unwrap();
+    // A test double's body is no socket: it is read instead, the pipe emptied,
+    // and a body cut midway is resumed from the next node for the rest only.
+    match h.read_piped(0, BS, &mut pipe).await.unwrap() {
+        Piped::Read(b) => assert_eq!(b, vec![7u8; BS as usize]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(pipe.held(), 0);
+    assert_eq!(r.reader.metrics.failovers.get(), 1);
+    assert_eq!(r.ranked[0].body_bytes() + r.ranked[1].body_bytes(), BS);
+    assert_eq!(r.origin.gets(), 0);
+    // A read across two blocks is not piped.
+    pipe.prefix(b"head").unwrap();
+    assert!(matches!(
+        h.read_piped(BS - 10, 20, &mut pipe).await.unwrap(),
+        Piped::Declined
+    ));
+    pipe.clear().unwrap();
+    // Warming blocks 1 and 2 asks each owner for one byte, and nothing of the
+    // origin.
+    r.ranked[0].always(None);
+    let gets = |r: &Rig| r.ranked.iter().map(|n| n.gets()).sum::<u64>();
+    let bytes = |r: &Rig| r.ranked.iter().map(|n| n.body_bytes()).sum::<u64>();
+    let (g0, b0) = (gets(&r), bytes(&r));
+    h.warm(1, 2);
+    while gets(&r) < g0 + 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!((gets(&r) - g0, bytes(&r) - b0), (2, 2));
+    assert_eq!(r.origin.gets(), 0);
+    assert_eq!(r.reader.metrics.prefetched.get(), 2);
+}

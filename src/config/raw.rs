@@ -167,6 +167,7 @@ pub struct RawMount {
     pub disk_cache: Option<String>,
     pub disk_cache_size: Option<Size>,
     pub metadata: Option<String>,
+    pub splice_reads: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]

@@ -252,6 +252,9 @@ pub struct MountConfig {
     pub disk_cache: Option<(PathBuf, u64)>,
     /// Where listings and HEADs go.
     pub metadata: MetadataSource,
+    /// Bytes bound for the page cache go from a node's socket to the kernel
+    /// through a pipe, never into the mount's memory.
+    pub splice_reads: bool,
 }
 
 /// Where a mount's listings and HEADs go.

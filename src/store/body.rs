@@ -9,6 +9,7 @@
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use super::pipe::Pipe;
 use super::s3::SocketBody;
 use super::{ByteStream, GetResponse, ObjectMeta, StoreError};
 
@@ -19,6 +20,15 @@ pub struct BodyResponse {
     pub start: u64,
     pub end: u64,
     pub body: Body,
+}
+
+/// How a splice into a pipe ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spliced {
+    /// All the bytes asked for are in the pipe.
+    Whole,
+    /// Fewer: the rest must be read.
+    Stopped,
 }
 
 /// A body, read by [`Body::read`] into the caller's buffer.
@@ -67,6 +77,16 @@ impl Body {
                 dst[..n].copy_from_slice(&pending.split_to(n));
                 Ok(n)
             }
+        }
+    }
+
+    /// Moves the next `want` bytes into `pipe`, for a body read off a socket;
+    /// any other (and one the pipe has no room for) stops where it is, to be
+    /// read with [`Self::read`].
+    pub async fn splice_into(&mut self, pipe: &mut Pipe, want: u64) -> Result<Spliced, StoreError> {
+        match self {
+            Body::Socket(s) => s.splice_into(pipe, want).await,
+            Body::Chunks { .. } => Ok(Spliced::Stopped),
         }
     }
 

@@ -14,6 +14,7 @@ mod body;
 mod error;
 pub mod faults;
 pub mod memory;
+pub mod pipe;
 pub mod s3;
 pub mod seen;
 mod stall;
@@ -22,7 +23,7 @@ mod types;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-pub use body::{Body, BodyResponse};
+pub use body::{Body, BodyResponse, Spliced};
 pub use error::{Deadline, StoreError};
 pub use stall::stall_guard;
 pub use types::{

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shoal::net::{Network, Proxy};
+use shoal::store::pipe::Pipe;
 use shoal::store::s3::S3Client;
-use shoal::store::{Body, ByteRange, Deadline, GetObject, ObjectStore, StoreError};
+use shoal::store::{Body, ByteRange, Deadline, GetObject, ObjectStore, Spliced, StoreError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -313,4 +314,80 @@ async fn tls_and_proxies_keep_the_pooled_client() {
     opts.network.proxy = Proxy::Off;
     opts.endpoint = url::Url::parse("https://127.0.0.1:9").unwrap();
     assert!(!S3Client::new(opts).unwrap().reads_sockets());
+}
+
+/// `want` bytes of `body` spliced into `pipe` after its prefix, and what did not
+/// fit read after them, as a spliced FUSE reply takes them: the bytes, and
+/// whether all went into the pipe.
+async fn splice_all(
+    body: &mut Body,
+    pipe: &mut Pipe,
+    want: usize,
+) -> Result<(Vec<u8>, bool), StoreError> {
+    let whole = body.splice_into(pipe, want as u64).await? == Spliced::Whole;
+    let mut out = vec![0u8; want];
+    let mut at = pipe.drain(&mut out).unwrap();
+    assert_eq!(pipe.held(), 0, "a drained pipe is empty");
+    while at < want {
+        match body.read(&mut out[at..]).await? {
+            0 => break,
+            n => at += n,
+        }
+    }
+    out.truncate(at);
+    Ok((out, whole))
+}
+
+#[tokio::test]
+async fn bodies_spliced_into_a_pipe_arrive_whole_and_what_does_not_fit_is_read() {
+    let o = origin().await;
+    let body = data(1 << 20, 17);
+    o.put(BUCKET, "k", body.clone());
+    let relay = Relay::start(o.endpoint().trim_start_matches("http://").to_owned()).await;
+    let c = client_via(&relay, &o, Duration::from_secs(5));
+    // One kept connection; each body whole in the pipe, after the prefix.
+    let mut pipe = Pipe::new().unwrap();
+    for (first, end) in [(0, 1 << 20), (4096, 700_001), (1000, 1001)] {
+        pipe.prefix(b"head").unwrap();
+        let req = GetObject::new(BUCKET, "k").range(ByteRange::span(first, end));
+        let mut resp = c.get_body(&req).await.unwrap();
+        let want = (end - first) as usize;
+        assert!(matches!(resp.body, Body::Socket(_)));
+        assert_eq!(
+            resp.body.splice_into(&mut pipe, want as u64).await.unwrap(),
+            Spliced::Whole
+        );
+        assert_eq!((pipe.held(), pipe.body_len()), (want + 4, want));
+        let mut out = vec![0u8; want];
+        assert_eq!(pipe.drain(&mut out).unwrap(), want);
+        assert!(
+            out[..] == body[first as usize..end as usize],
+            "{first}..{end}"
+        );
+    }
+    assert_eq!(relay.accepted(), 1);
+    // A pipe too small for the body: the splice stops where the pipe is full,
+    // the rest is read, and the connection is kept.
+    let mut small = Pipe::with_size(4096).unwrap();
+    let mut resp = c.get_body(&GetObject::new(BUCKET, "k")).await.unwrap();
+    let (got, whole) = splice_all(&mut resp.body, &mut small, 1 << 20)
+        .await
+        .unwrap();
+    assert!(!whole, "a megabyte went into a one-page pipe");
+    assert!(got == body[..], "bytes spliced then read differ");
+    let mut resp = c.get_body(&GetObject::new(BUCKET, "k")).await.unwrap();
+    let (got, _) = splice_all(&mut resp.body, &mut pipe, 1 << 20)
+        .await
+        .unwrap();
+    assert!(got == body[..]);
+    assert_eq!(relay.accepted(), 1);
+    // A body cut midway: an error, and what the pipe got before it is right.
+    o.faults.reset_next(1);
+    let mut resp = c.get_body(&GetObject::new(BUCKET, "k")).await.unwrap();
+    let e = resp.body.splice_into(&mut pipe, 1 << 20).await.unwrap_err();
+    assert!(e.to_string().contains("body cut off"), "{e}");
+    let mut out = vec![0u8; 1 << 20];
+    let n = pipe.drain(&mut out).unwrap();
+    assert!(n < 1 << 20);
+    assert!(out[..n] == body[..n]);
 }

@@ -39,7 +39,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use shoal::cluster::ClusterReader;
+use shoal::cluster::{ClusterReader, Piped};
+use shoal::store::pipe::Pipe;
 
 pub use error::FsError;
 pub use handles::{DirItem, Opened};
@@ -50,6 +51,21 @@ use handles::{Handles, OpenFile};
 use namespace::Namespace;
 use readahead::Readahead;
 use walk::Walks;
+
+/// A pipe a read's bytes may be spliced into, for the kernel.
+pub struct PipeOut<'a> {
+    pub pipe: &'a mut Pipe,
+    /// Puts what goes before `n` bytes of data into the empty pipe.
+    pub head: &'a (dyn Fn(&mut Pipe, usize) -> std::io::Result<()> + Sync),
+}
+
+/// Where a read's bytes are.
+pub enum ReadOut {
+    /// In these buffers.
+    Parts(Vec<Bytes>),
+    /// In the pipe it was given, after its head.
+    Piped,
+}
 
 pub struct Fs {
     opts: Arc<FsOptions>,
@@ -281,13 +297,24 @@ impl Fs {
         offset: u64,
         size: u32,
         cached: bool,
-    ) -> Result<Vec<Bytes>, FsError> {
+        pipe: Option<PipeOut<'_>>,
+    ) -> Result<ReadOut, FsError> {
         let f = self.handles.file(fh).ok_or(FsError::BadHandle)?;
         let bs = self.reader.block_size();
         let end = (offset + size as u64).min(f.handle.meta().size);
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(ReadOut::Parts(Vec::new()));
         }
+        // Bytes the page cache keeps pass through in a pipe, never into this
+        // process (when no tier here holds their block). Not with a disk tier:
+        // it is filled by the blocks that come through here.
+        let pipe = pipe.filter(|_| {
+            cached
+                && f.page_cache
+                && self.opts.splice
+                && self.disk.is_none()
+                && self.reader.has_nodes()
+        });
         let base = self.reader.read_window() as u64;
         let budget = self.reader.inflight_limit() as u64;
         let (ahead, sequential) = {
@@ -297,21 +324,42 @@ impl Fs {
         };
         if let Some((from, count)) = ahead {
             self.stats.readahead_blocks.fetch_add(count, Relaxed);
-            f.handle.prefetch(from, count);
+            if pipe.is_some() {
+                f.handle.warm(from, count);
+            } else {
+                f.handle.prefetch(from, count);
+            }
         }
         self.stats.reads.fetch_add(1, Relaxed);
-        let read = if sequential {
-            f.handle.read_parts(offset, end - offset).await.map(|p| {
-                if p.waited {
+        let mut piped = None;
+        if let Some(out) = pipe {
+            piped = Some(self.read_piped(&f, offset, end, out).await);
+        }
+        let read = match piped {
+            Some(Ok(Piped::Spliced { len, waited })) => {
+                if waited {
                     f.ra.lock().unwrap().waited();
                 }
-                p.parts
-            })
-        } else {
-            f.handle
+                self.stats.read_bytes.fetch_add(len as u64, Relaxed);
+                self.stats.spliced_reads.fetch_add(1, Relaxed);
+                self.stats.spliced_bytes.fetch_add(len as u64, Relaxed);
+                return Ok(ReadOut::Piped);
+            }
+            Some(Ok(Piped::Read(b))) => Ok(vec![b]),
+            Some(Err(e)) => Err(e),
+            Some(Ok(Piped::Declined)) | None if sequential => {
+                f.handle.read_parts(offset, end - offset).await.map(|p| {
+                    if p.waited {
+                        f.ra.lock().unwrap().waited();
+                    }
+                    p.parts
+                })
+            }
+            Some(Ok(Piped::Declined)) | None => f
+                .handle
                 .read_random(offset, end - offset)
                 .await
-                .map(|b| vec![b])
+                .map(|b| vec![b]),
         };
         match read {
             Ok(parts) => {
@@ -327,7 +375,7 @@ impl Fs {
                 }
                 let n: usize = parts.iter().map(Bytes::len).sum();
                 self.stats.read_bytes.fetch_add(n as u64, Relaxed);
-                Ok(parts)
+                Ok(ReadOut::Parts(parts))
             }
             Err(e) => {
                 let err = FsError::from(e);
@@ -342,6 +390,25 @@ impl Fs {
                 Err(err)
             }
         }
+    }
+
+    /// `offset..end` through `out`'s pipe, headed for the kernel.
+    async fn read_piped(
+        &self,
+        f: &OpenFile,
+        offset: u64,
+        end: u64,
+        out: PipeOut<'_>,
+    ) -> Result<Piped, shoal::cluster::ReadError> {
+        if (out.head)(out.pipe, (end - offset) as usize).is_err() {
+            let _ = out.pipe.clear();
+            return Ok(Piped::Declined);
+        }
+        let r = f.handle.read_piped(offset, end - offset, out.pipe).await;
+        if !matches!(r, Ok(Piped::Spliced { .. })) {
+            let _ = out.pipe.clear();
+        }
+        r
     }
 
     pub fn release(&self, fh: u64) {

@@ -68,6 +68,7 @@ async fn setup(prefix: &str) -> (Origin, Arc<Fs>) {
             dir_mode: 0o555,
             prefetch_files: 32,
             metadata_via_cluster: false,
+            splice: true,
         },
         reader,
         None,
@@ -98,8 +99,10 @@ async fn opendir(fs: &Arc<Fs>, ino: u64) -> Result<Vec<DirEntry>, FsError> {
 
 /// A read's parts, joined.
 async fn read_joined(fs: &Fs, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
-    let parts = fs.read(fh, offset, size, true).await?;
-    Ok(Bytes::from(parts.concat()))
+    match fs.read(fh, offset, size, true, None).await? {
+        ReadOut::Parts(parts) => Ok(Bytes::from(parts.concat())),
+        ReadOut::Piped => unreachable!("no pipe was given"),
+    }
 }
 
 #[tokio::test]

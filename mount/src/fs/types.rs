@@ -40,6 +40,8 @@ pub struct FsOptions {
     pub prefetch_files: usize,
     /// Listings and HEADs go through the cluster (else to the origin).
     pub metadata_via_cluster: bool,
+    /// Page-cache reads of blocks no tier here holds are spliced to the kernel.
+    pub splice: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -56,6 +58,8 @@ pub struct FsStats {
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub readahead_blocks: AtomicU64,
+    pub spliced_reads: AtomicU64,
+    pub spliced_bytes: AtomicU64,
     pub prefetched_files: AtomicU64,
     pub prefetched_listings: AtomicU64,
     pub stale_reads: AtomicU64,

@@ -123,6 +123,25 @@ impl Channel {
         Ok(())
     }
 
+    /// Writes one reply of `len` bytes, whole in pipe `from`, by splicing it.
+    pub fn splice(&self, from: RawFd, len: usize) -> io::Result<usize> {
+        // SAFETY: splice between two descriptors; no memory of ours is touched.
+        let r = unsafe {
+            libc::splice(
+                from,
+                std::ptr::null_mut(),
+                self.raw(),
+                std::ptr::null_mut(),
+                len,
+                libc::SPLICE_F_MOVE,
+            )
+        };
+        if r < 0 {
+            return Err(last_error());
+        }
+        Ok(r as usize)
+    }
+
     /// Asks the kernel to send again every request some reader took and never
     /// answered (`FUSE_NOTIFY_RESEND`): a daemon that died took them with it.
     pub fn notify_resend(&self) -> io::Result<()> {

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::abi::{self, FileAttr, Out};
 use super::channel::Channel;
+use shoal::store::pipe::Pipe;
 
 pub struct Reply {
     unique: u64,
@@ -57,6 +58,53 @@ impl Reply {
             }
         }
         self.pending.fetch_sub(1, Relaxed);
+    }
+
+    /// Readies empty `pipe` for a reply of `n` bytes of data: the header goes in
+    /// first, the data is to follow.
+    pub fn head_pipe(&self, pipe: &mut Pipe, n: usize) -> std::io::Result<()> {
+        let mut h = Out::default();
+        h.u32((abi::OUT_HEADER + n) as u32).i32(0).u64(self.unique);
+        pipe.prefix(&h.0)
+    }
+
+    /// Sends the reply [`Self::head_pipe`] began, its data now in `pipe` too,
+    /// spliced to the device (the bytes are not read into this process). If the
+    /// kernel takes no reply from a pipe, it goes out as a copy.
+    pub fn piped(mut self, pipe: &mut Pipe) {
+        let len = pipe.held();
+        match self.chan.splice(pipe.read_fd(), len) {
+            Ok(n) if n == len => {
+                pipe.taken(n);
+                self.sent = true;
+                self.pending.fetch_sub(1, Relaxed);
+            }
+            r => {
+                // The device takes a reply whole or not at all: what is still in
+                // the pipe goes out the copying way.
+                if let Err(e) = &r {
+                    if e.raw_os_error() == Some(libc::ENOENT) {
+                        let _ = pipe.clear();
+                        self.sent = true;
+                        self.pending.fetch_sub(1, Relaxed);
+                        return;
+                    }
+                    tracing::debug!("FUSE reply not spliced: {e}");
+                }
+                let mut data = vec![0u8; len];
+                match pipe.drain(&mut data) {
+                    Ok(n) if n + abi::OUT_HEADER == len => {
+                        data.truncate(n);
+                        self.write(0, &[&data]);
+                    }
+                    // Gone with a failed splice: the read can only fail.
+                    _ => {
+                        let _ = pipe.clear();
+                        self.write(libc::EIO, &[]);
+                    }
+                }
+            }
+        }
     }
 
     pub fn error(self, errno: i32) {

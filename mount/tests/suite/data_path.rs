@@ -1,6 +1,7 @@
 //! Where a read's bytes go on their way to the kernel: answered as they arrive
-//! (cut-through), written once into buffers that are used again, and not kept
-//! twice once the kernel's page cache holds them.
+//! (cut-through); for the page cache, spliced from the node's socket and never
+//! copied into the mount; otherwise written once into buffers that are used
+//! again, and not kept twice once the kernel's page cache holds them.
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -13,8 +14,18 @@ async fn value(addr: &str, series: &str) -> f64 {
     metric(&scrape(addr).await, series)
 }
 
+/// The copy path: page-cache reads come into the RAM tier first.
+const COPYING: &str = "[mount]\nsplice_reads = false\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_read_is_answered_before_its_block_has_arrived() {
+    // Spliced from the node's socket, and copied through a block's buffer.
+    for extra in ["", COPYING] {
+        cold_read_cuts_through(extra).await;
+    }
+}
+
+async fn cold_read_cuts_through(extra: &str) {
     let o = origin().await;
     let body = data(2 << 20, 31);
     o.put(BUCKET, "slow.bin", body.clone());
@@ -22,7 +33,7 @@ async fn a_cold_read_is_answered_before_its_block_has_arrived() {
     let node = start_node(&o, dir.path(), "n");
     let addr = free_addr();
     // The origin's first bytes come slowly too: the node is not given up on.
-    let toml = mount_toml(&o, &[&node], "")
+    let toml = mount_toml(&o, &[&node], extra)
         .replace(
             "first_byte_timeout = \"1s\"",
             "first_byte_timeout = \"30s\"",
@@ -44,17 +55,20 @@ async fn a_cold_read_is_answered_before_its_block_has_arrived() {
     .await
     .unwrap();
     assert_eq!(first, body[..4096]);
-    // The bytes came while their block was still arriving: no block is whole
-    // yet, and none was read from the origin by the mount itself.
-    assert_eq!(
-        value(&addr, "shoal_client_blocks_total{source=\"node\"}").await,
-        0.0
+    // The bytes came while their block was still arriving: less than a block
+    // has come from the node (none, if it is counted when whole), and nothing
+    // was read from the origin by the mount itself.
+    let from_node = value(&addr, "shoal_client_bytes_total{source=\"node\"}").await;
+    assert!(
+        from_node < (1 << 20) as f64,
+        "{from_node} bytes had come ({extra:?})"
     );
     assert_eq!(
         value(&addr, "shoal_client_blocks_total{source=\"origin\"}").await,
         0.0
     );
     o.faults.clear();
+    drop(m);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +82,7 @@ async fn blocks_the_page_cache_took_whole_leave_the_ram_tier_and_their_buffers_a
     let node = start_node(&o, dir.path(), "n");
     let addr = free_addr();
     let m = Mount::start(
-        &mount_toml(&o, &[&node], ""),
+        &mount_toml(&o, &[&node], COPYING),
         BUCKET,
         &["--metrics-addr", &addr],
     );
@@ -118,6 +132,53 @@ async fn blocks_the_page_cache_took_whole_leave_the_ram_tier_and_their_buffers_a
     );
     // The second file's blocks went into the buffers the first one's left.
     assert!(value(&addr, "shoal_client_block_buffers_reused_total").await >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_cache_reads_are_spliced_from_the_nodes_which_fetch_each_block_once() {
+    let o = origin().await;
+    let body = data(8 << 20, 34);
+    o.put(BUCKET, "big.bin", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, dir.path(), "n");
+    let addr = free_addr();
+    let m = Mount::start(
+        &mount_toml(&o, &[&node], ""),
+        BUCKET,
+        &["--metrics-addr", &addr],
+    );
+    let sent = o.stats.snapshot().body_bytes_sent;
+    let got = sh_ok(&format!(
+        "dd if={} bs=1M status=none | md5sum",
+        q(&m.path("big.bin"))
+    ))
+    .await;
+    let want = sh_ok(&format!(
+        "md5sum < {}",
+        q(&write_local(dir.path(), "big.bin", &body))
+    ))
+    .await;
+    assert_eq!(got, want);
+    // The bytes went from the node's socket to the kernel: none came into a
+    // block buffer or the RAM tier here. (A read whose body came in fragments
+    // too many for the pipe is read instead, into a buffer of its own.)
+    let spliced = value(&addr, "shoal_mount_spliced_bytes_total").await;
+    assert!(spliced > 0.0, "nothing was spliced");
+    assert_eq!(value(&addr, "shoal_client_ram_bytes").await, 0.0);
+    assert_eq!(
+        value(&addr, "shoal_client_block_buffers_allocated_total").await,
+        0.0
+    );
+    // Read-ahead asked the node to have blocks ready, and the node fetched
+    // each block from the origin once for the hint and the read together (a
+    // listing's few hundred bytes beside them).
+    assert!(value(&addr, "shoal_mount_readahead_blocks_total").await >= 1.0);
+    let origin_sent = o.stats.snapshot().body_bytes_sent - sent;
+    assert!(
+        (body.len() as u64..body.len() as u64 + (64 << 10)).contains(&origin_sent),
+        "the origin sent {origin_sent} bytes for an object of {}",
+        body.len()
+    );
 }
 
 /// Writes `data` to `dir/name`; returns its path.

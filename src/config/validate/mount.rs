@@ -65,6 +65,7 @@ impl Validator<'_> {
                 None => MetadataSource::Cluster,
                 Some(s) => s.parse().map_err(|e| self.err("mount.metadata", e))?,
             },
+            splice_reads: m.splice_reads.unwrap_or(true),
         })
     }
 }
