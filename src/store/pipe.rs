@@ -153,6 +153,10 @@ impl Pipe {
     /// `dst` (as many as fit; the rest are dropped too); how many went. The pipe
     /// is ready for another use after.
     pub fn drain(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        if self.held == 0 {
+            self.prefix = 0;
+            return Ok(0);
+        }
         let mut scratch = [0u8; 16 << 10];
         let mut got = 0;
         while self.held > 0 {

@@ -61,9 +61,26 @@ impl Channel {
         Channel::new(dev.into())
     }
 
-    /// Waits for the next request (or `stop`) and reads it into `buf`.
+    /// Waits for the next request (or `stop`) and reads it into `buf`. A
+    /// request already queued is read without waiting (no `poll` first: under
+    /// load there nearly always is one).
     pub fn receive(&self, buf: &mut [u8], stop: &Stop) -> io::Result<Received> {
         loop {
+            if stop.is_set() {
+                return Ok(Received::Stopped);
+            }
+            // SAFETY: reading into a buffer we own.
+            let r = unsafe { libc::read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
+            if r >= 0 {
+                return Ok(Received::Request(r as usize));
+            }
+            match last_error().raw_os_error() {
+                Some(libc::EAGAIN) => {}
+                // Interrupted before we took it.
+                Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+                Some(libc::ENODEV) => return Ok(Received::Gone),
+                _ => return Err(last_error()),
+            }
             let mut fds = [
                 libc::pollfd {
                     fd: self.raw(),
@@ -93,17 +110,7 @@ impl Channel {
             {
                 return Ok(Received::Gone);
             }
-            // SAFETY: reading into a buffer we own.
-            let r = unsafe { libc::read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
-            if r >= 0 {
-                return Ok(Received::Request(r as usize));
-            }
-            match last_error().raw_os_error() {
-                // Another reader took it, or it was interrupted before we did.
-                Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ENOENT) => continue,
-                Some(libc::ENODEV) => return Ok(Received::Gone),
-                _ => return Err(last_error()),
-            }
+            // Readable (or another reader took it first): read again.
         }
     }
 
@@ -187,6 +194,7 @@ impl AsFd for Channel {
 /// Tells readers blocked in [`Channel::receive`] to stop; once set it stays set.
 pub struct Stop {
     fd: OwnedFd,
+    set: std::sync::atomic::AtomicBool,
 }
 
 impl Stop {
@@ -199,10 +207,16 @@ impl Stop {
         // SAFETY: a descriptor just made, owned from here.
         Ok(Stop {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            set: Default::default(),
         })
     }
 
+    fn is_set(&self) -> bool {
+        self.set.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn stop(&self) {
+        self.set.store(true, std::sync::atomic::Ordering::SeqCst);
         let one: u64 = 1;
         // SAFETY: an 8-byte write to an eventfd.
         unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
