@@ -27,13 +27,15 @@ fn last_error() -> io::Error {
 }
 
 impl Pipe {
-    /// A non-blocking pipe that holds a reply of [`PIPE_BYTES`]: twice that
-    /// where allowed (past `pipe-max-size` takes CAP_SYS_RESOURCE), so that a
-    /// body that arrived in page-sized fragments fits with its header; else
-    /// [`PIPE_BYTES`], or as much as the system gives ([`Pipe::capacity`]).
+    /// A non-blocking pipe that holds a reply of [`PIPE_BYTES`]. A pipe has a
+    /// slot per fragment a socket gave it (a page, at most, of what it
+    /// writes), and a body from a network card comes in packet-sized ones: so
+    /// four times that where allowed (past `pipe-max-size` takes
+    /// CAP_SYS_RESOURCE), else twice, else [`PIPE_BYTES`] (loopback's large
+    /// fragments fit), or as much as the system gives ([`Pipe::capacity`]).
     pub fn new() -> io::Result<Pipe> {
         let pipe = Pipe::with_size(0)?;
-        for size in [2 * PIPE_BYTES, PIPE_BYTES] {
+        for size in [4 * PIPE_BYTES, 2 * PIPE_BYTES, PIPE_BYTES] {
             if pipe.resize(size).is_ok() {
                 break;
             }
