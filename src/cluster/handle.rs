@@ -59,6 +59,7 @@ impl ClusterReader {
             stale: Default::default(),
             let_go_below: Default::default(),
             warming: Default::default(),
+            held_run: Default::default(),
         }))
     }
 }
@@ -77,6 +78,8 @@ pub(crate) struct HandleInner {
     /// Blocks whose owners were asked to have them ready and have not answered
     /// yet ([`Handle::warm`]).
     pub warming: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// Answers in a row to those asks that said the node held the block.
+    pub held_run: std::sync::atomic::AtomicU32,
 }
 
 /// What a read got: the buffers its bytes are in, and whether it waited for

@@ -179,7 +179,7 @@ impl ClusterMetrics {
             "hedges_won" => self.hedges_won, "Hedged requests that answered first";
             "coalesced_waits" => self.coalesced_waits, "Block requests that joined a fetch in flight";
             "stale" => self.stale, "Reads refused because the object changed";
-            "prefetched" => self.prefetched, "Blocks fetched ahead of reads";
+            "prefetched" => self.prefetched, "Blocks fetched ahead of reads (or, for spliced reads, asked of their owners ahead)";
             "ram_bytes" => self.ram_bytes, "Bytes in the client RAM tier";
             "ram_capacity_bytes" => self.ram_capacity_bytes, "Bound of the client RAM tier";
             "disk_bytes" => self.disk_bytes, "Bytes in the client disk tier";

@@ -4,6 +4,7 @@
 //! (a FUSE reply). Only when no tier holds its block or is fetching it: a block
 //! already here is replied from, and one on its way is waited for.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -14,7 +15,13 @@ use super::reader::ClusterReader;
 use crate::blocks::{Buffer, Growing};
 use crate::node_proto;
 use crate::store::pipe::Pipe;
+use crate::store::seen::cache_statuses;
 use crate::store::{ByteRange, GetObject, ObjectMeta, StoreError};
+
+/// Answers in a row that found the block held after which [`Handle::warm`]
+/// asks only every [`PROBE_EVERY`]th block.
+const HELD_RUN: u32 = 8;
+const PROBE_EVERY: u64 = 8;
 
 /// What a piped read came to.
 #[derive(Debug)]
@@ -67,6 +74,9 @@ impl Handle {
     /// nothing here: read-ahead for a reader whose bytes are spliced, so that
     /// they come from a node's RAM when asked for. Each owner is asked for its
     /// block's first byte (a node fetches a block whole for any range of it).
+    /// Once [`HELD_RUN`] answers in a row said the node held the block already,
+    /// only every [`PROBE_EVERY`]th block is asked: a warm path is not asked for
+    /// what it has, and the first block found missing starts asking again.
     pub fn warm(&self, first: u64, count: u64) {
         let h = self.inner();
         let bs = h.reader.block_size();
@@ -75,6 +85,9 @@ impl Handle {
             return;
         }
         for i in first..(first + count).min(last) {
+            if h.held_run.load(Relaxed) >= HELD_RUN && i % PROBE_EVERY != 0 {
+                continue;
+            }
             if !h.warming.lock().unwrap().insert(i) {
                 continue;
             }
@@ -82,10 +95,16 @@ impl Handle {
             h.reader.metrics.prefetched.inc();
             tokio::spawn(async move {
                 let h = me.inner();
-                h.reader
+                let held = h
+                    .reader
                     .warm_ahead(&h.bucket, &h.key, &h.meta, i, h.hop)
                     .await;
                 h.warming.lock().unwrap().remove(&i);
+                match held {
+                    Some(true) => drop(h.held_run.fetch_add(1, Relaxed)),
+                    Some(false) => h.held_run.store(0, Relaxed),
+                    None => {}
+                }
             });
         }
     }
@@ -98,27 +117,36 @@ impl ClusterReader {
         !self.router().membership().current().nodes().is_empty()
     }
 
-    /// Asks block `index`'s owner for its first byte; nothing if a tier here
-    /// holds it, or no node answers (then the read itself will find out).
-    async fn warm_ahead(&self, bucket: &str, key: &str, meta: &ObjectMeta, index: u64, hop: u32) {
+    /// Asks block `index`'s owner for its first byte; whether its answer's
+    /// `Cache-Status` says it held the block already. Nothing is asked if a
+    /// tier here holds it, and nothing is known if no node answers (then the
+    /// read itself will find out).
+    async fn warm_ahead(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        index: u64,
+        hop: u32,
+    ) -> Option<bool> {
         let bs = self.block_size();
         let bk = self.key(bucket, key, &meta.etag, index);
         if self.tiers.arriving(&bk, &()).is_some() || self.tiers.cached(&bk).await {
-            return;
+            return None;
         }
         let block = crate::route::BlockId { bucket, key, index };
-        let Ok(pick) = self.router().pick(&block) else {
-            return;
-        };
+        let pick = self.router().pick(&block).ok()?;
         let mut req = GetObject::new(bucket, key)
             .range(ByteRange::span(index * bs, index * bs + 1))
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
-        if let Ok(mut opened) = self.fetcher.calls.node_open(&pick.node, &req).await {
-            // Read to its end, so that the connection is kept.
-            let mut byte = [0u8; 1];
-            while let Ok(1..) = opened.resp.body.read(&mut byte).await {}
-        }
+        let (opened, statuses) =
+            cache_statuses(self.fetcher.calls.node_open(&pick.node, &req)).await;
+        let mut opened = opened.ok()?;
+        // Read to its end, so that the connection is kept.
+        let mut byte = [0u8; 1];
+        while let Ok(1..) = opened.resp.body.read(&mut byte).await {}
+        Some(statuses.iter().any(|s| s.starts_with("shoal; hit")))
     }
 
     async fn piped(

@@ -181,6 +181,48 @@ async fn page_cache_reads_are_spliced_from_the_nodes_which_fetch_each_block_once
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
+    let o = origin().await;
+    let body = data(64 << 20, 35);
+    o.put(BUCKET, "warm.bin", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, dir.path(), "n");
+    let want = sh_ok(&format!(
+        "md5sum < {}",
+        q(&write_local(dir.path(), "warm.bin", &body))
+    ))
+    .await;
+    // The first mount finds the node cold and asks it ahead for every block;
+    // the second finds the blocks held and, after a run of them (and the asks
+    // already sent while it ran), asks only every eighth.
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let addr = free_addr();
+        let m = Mount::start(
+            &mount_toml(&o, &[&node], ""),
+            BUCKET,
+            &["--metrics-addr", &addr],
+        );
+        let got = sh_ok(&format!(
+            "dd if={} bs=1M status=none | md5sum",
+            q(&m.path("warm.bin"))
+        ))
+        .await;
+        assert_eq!(got, want);
+        asked.push(value(&addr, "shoal_client_prefetched_total").await);
+        drop(m);
+    }
+    assert!(
+        asked[0] >= 56.0,
+        "the cold read asked ahead for {asked:?} blocks"
+    );
+    assert!(
+        asked[1] * 2.0 <= asked[0],
+        "the warm read asked ahead for {asked:?} blocks"
+    );
+}
+
 /// Writes `data` to `dir/name`; returns its path.
 fn write_local(dir: &std::path::Path, name: &str, data: &[u8]) -> std::path::PathBuf {
     let p = dir.join(name);
