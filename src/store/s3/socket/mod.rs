@@ -1,5 +1,5 @@
 //! GETs over plain HTTP/1.1 whose bodies are read straight off the socket into
-//! the caller's buffer.
+//! the caller's buffer, or spliced from it into a pipe ([`splice`]).
 //!
 //! hyper reads every body into buffers of its own, and a block would then be
 //! copied once more, from those into the block's buffer: on a mount reading from
@@ -19,13 +19,10 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use std::os::fd::AsRawFd;
-
-use tokio::io::Interest;
-
 use super::chunked::{dechunk, Chunks};
-use crate::store::pipe::{Pipe, PIPE_BYTES};
-use crate::store::{Deadline, Spliced, StoreError};
+use crate::store::{Deadline, StoreError};
+
+mod splice;
 
 /// A connection unused this long is not used again: the other side may be about
 /// to close it (a node closes idle connections after 120 s, S3 after about 20).
@@ -392,80 +389,6 @@ impl SocketBody {
         }
     }
 
-    /// Moves the next `want` bytes of the body into `pipe` (spliced from the
-    /// socket, never read into this process). Stops early, with the body left
-    /// where it stopped, when the pipe has no room for more: the rest is read
-    /// with [`Self::read`].
-    pub async fn splice_into(&mut self, pipe: &mut Pipe, want: u64) -> Result<Spliced, StoreError> {
-        let mut left = want.min(self.remaining());
-        if !self.early.is_empty() {
-            let n = (self.early.len() as u64).min(left) as usize;
-            let from = self.early.start;
-            pipe.put(&self.buf[from..from + n])
-                .map_err(|e| self.sockets.transport(format!("cannot fill a pipe: {e}")))?;
-            self.early.start += n;
-            left -= n as u64;
-        }
-        while left > 0 {
-            let Some(conn) = self.conn.as_ref() else {
-                return Err(self
-                    .sockets
-                    .transport("the body was already abandoned".into()));
-            };
-            let fd = conn.as_raw_fd();
-            let n = left.min(PIPE_BYTES as u64) as usize;
-            // A pipe with no room is not a socket with no bytes: told apart
-            // here, so the socket's readiness is cleared only for the latter.
-            let spliced = conn.try_io(Interest::READABLE, || match pipe.splice_from(fd, n) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && pending(fd) > 0 => {
-                    Err(std::io::Error::other(PipeFull))
-                }
-                r => r,
-            });
-            match spliced {
-                Ok(0) => {
-                    self.conn = None;
-                    return Err(self.sockets.transport(format!(
-                        "body cut off: the connection closed {} bytes short",
-                        self.remaining
-                    )));
-                }
-                Ok(got) => {
-                    self.remaining -= got as u64;
-                    left -= got as u64;
-                }
-                Err(e) if e.get_ref().is_some_and(|e| e.is::<PipeFull>()) => {
-                    return Ok(Spliced::Stopped);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match tokio::time::timeout(self.sockets.stall, conn.readable()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            self.conn = None;
-                            return Err(self.sockets.transport(format!("body cut off: {e}")));
-                        }
-                        Err(_) => {
-                            self.conn = None;
-                            return Err(StoreError::Timeout {
-                                endpoint: self.sockets.label.clone(),
-                                deadline: Deadline::Stall,
-                                after: self.sockets.stall,
-                            });
-                        }
-                    }
-                }
-                Err(e) => {
-                    self.conn = None;
-                    return Err(self.sockets.transport(format!("body cut off: {e}")));
-                }
-            }
-        }
-        if self.remaining == 0 && self.early.is_empty() {
-            self.release();
-        }
-        Ok(Spliced::Whole)
-    }
-
     /// The whole (small) body, for an error answer: at most 64 KiB is read, and
     /// nothing of a longer one.
     pub(super) async fn small(mut self) -> Vec<u8> {
@@ -521,28 +444,6 @@ impl SocketBody {
             }
         }
     }
-}
-
-/// A splice stopped by a full pipe, not an empty socket.
-#[derive(Debug)]
-struct PipeFull;
-
-impl std::fmt::Display for PipeFull {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the pipe is full")
-    }
-}
-
-impl std::error::Error for PipeFull {}
-
-/// Bytes that socket `fd` has received and not yet given out.
-fn pending(fd: std::os::fd::RawFd) -> usize {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes an int.
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } < 0 {
-        return 0;
-    }
-    n.max(0) as usize
 }
 
 /// Some bytes (at least one) of a body off `conn` into `dst`, within the stall
