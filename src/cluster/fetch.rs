@@ -180,11 +180,7 @@ impl Fetcher {
         E: Clone + Send + Sync + 'static,
     {
         let (start, end) = span(req);
-        let ask = |node: NodeHandle, hedged: bool| {
-            let req = as_asked(req, hedged);
-            async move { self.calls.node_open(&node, &req).await }
-        };
-        let (opened, spare) = match self.route_on(&block_of(req, index), ask).await {
+        let (opened, spare) = match self.open_routed(req, index).await {
             Ok(answer) => answer,
             Err(Routed::Answer(e)) => return Err(e),
             Err(Routed::Fallback(cause)) => return self.fill_origin(req, cause, into).await,
@@ -195,6 +191,20 @@ impl Fetcher {
             Ok(()) => None,
         };
         self.fill_from(req, opened, spare, failed, into).await
+    }
+
+    /// `req`'s answer (up to its head) from the node the race of owner, hedge
+    /// and failover picks, with the node a failover may still go to.
+    async fn open_routed(
+        &self,
+        req: &GetObject,
+        index: u64,
+    ) -> Result<(Opened, Option<NodeHandle>), Routed> {
+        let ask = |node: NodeHandle, hedged: bool| {
+            let req = as_asked(req, hedged);
+            async move { self.calls.node_open(&node, &req).await }
+        };
+        self.route_on(&block_of(req, index), ask).await
     }
 
     /// Splices `req` (a range inside block `index`, pinned by `If-Match`) from
@@ -213,11 +223,7 @@ impl Fetcher {
         E: Clone + Send + Sync + 'static,
     {
         let (start, end) = span(req);
-        let ask = |node: NodeHandle, hedged: bool| {
-            let req = as_asked(req, hedged);
-            async move { self.calls.node_open(&node, &req).await }
-        };
-        let (mut opened, spare) = match self.route_on(&block_of(req, index), ask).await {
+        let (mut opened, spare) = match self.open_routed(req, index).await {
             Ok(answer) => answer,
             Err(Routed::Answer(e)) => return Err(e),
             Err(Routed::Fallback(cause)) => {
