@@ -296,6 +296,15 @@ fn mount_prefetch_files() {
 }
 
 #[test]
+fn mount_splice_reads() {
+    assert!(parse("").unwrap().mount.splice_reads);
+    let c = parse("[mount]\nsplice_reads = false\n").unwrap();
+    assert!(!c.mount.splice_reads);
+    let e = parse("[mount]\nsplice_reads = \"no\"\n").unwrap_err();
+    assert_eq!(e.key, "mount.splice_reads");
+}
+
+#[test]
 fn mount_disk_cache() {
     assert!(parse("").unwrap().mount.disk_cache.is_none());
     let c = parse("[mount]\ndisk_cache = \"/var/cache/m\"\n").unwrap();
