@@ -22,6 +22,19 @@ pub enum ReadError {
 }
 
 impl ReadError {
+    /// `e`, met reading `bucket/key` pinned to one version: a precondition that
+    /// failed (a node or the origin ignored If-Match, or the object changed)
+    /// makes the handle stale, so that bytes of two versions are never joined.
+    pub(crate) fn pinned(e: StoreError, bucket: &str, key: &str) -> ReadError {
+        match e {
+            StoreError::PreconditionFailed { .. } => ReadError::Stale {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+            },
+            e => e.into(),
+        }
+    }
+
     /// The store error behind this one, if there is one.
     pub fn store(&self) -> Option<&StoreError> {
         match self {

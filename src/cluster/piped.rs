@@ -16,7 +16,7 @@ use crate::blocks::{Buffer, Growing};
 use crate::node_proto;
 use crate::store::pipe::Pipe;
 use crate::store::seen::cache_statuses;
-use crate::store::{ByteRange, GetObject, ObjectMeta, StoreError};
+use crate::store::{ByteRange, GetObject, ObjectMeta};
 
 /// Answers in a row that found the block held after which [`Handle::warm`]
 /// asks only every [`PROBE_EVERY`]th block.
@@ -67,9 +67,7 @@ impl Handle {
             });
         self.note_stale(r).await
     }
-}
 
-impl Handle {
     /// Has blocks `first..first+count` made ready on their owner nodes, fetching
     /// nothing here: read-ahead for a reader whose bytes are spliced, so that
     /// they come from a node's RAM when asked for. Each owner is asked for its
@@ -117,6 +115,13 @@ impl ClusterReader {
         !self.router().membership().current().nodes().is_empty()
     }
 
+    /// Whether a tier here holds block `index` of `meta`'s version, or is
+    /// fetching it.
+    async fn here(&self, bucket: &str, key: &str, meta: &ObjectMeta, index: u64) -> bool {
+        let bk = self.key(bucket, key, &meta.etag, index);
+        self.tiers.arriving(&bk, &()).is_some() || self.tiers.cached(&bk).await
+    }
+
     /// Asks block `index`'s owner for its first byte; whether its answer's
     /// `Cache-Status` says it held the block already. Nothing is asked if a
     /// tier here holds it, and nothing is known if no node answers (then the
@@ -129,11 +134,10 @@ impl ClusterReader {
         index: u64,
         hop: u32,
     ) -> Option<bool> {
-        let bs = self.block_size();
-        let bk = self.key(bucket, key, &meta.etag, index);
-        if self.tiers.arriving(&bk, &()).is_some() || self.tiers.cached(&bk).await {
+        if self.here(bucket, key, meta, index).await {
             return None;
         }
+        let bs = self.block_size();
         let block = crate::route::BlockId { bucket, key, index };
         let pick = self.router().pick(&block).ok()?;
         let mut req = GetObject::new(bucket, key)
@@ -159,8 +163,7 @@ impl ClusterReader {
         pipe: &mut Pipe,
     ) -> Result<Piped, ReadError> {
         let index = start / self.block_size();
-        let bk = self.key(bucket, key, &meta.etag, index);
-        if self.tiers.arriving(&bk, &()).is_some() || self.tiers.cached(&bk).await {
+        if self.here(bucket, key, meta, index).await {
             return Ok(Piped::Declined);
         }
         let mut req = GetObject::new(bucket, key)
@@ -195,13 +198,7 @@ impl ClusterReader {
             Err(e) => {
                 // Whatever the pipe got is not the caller's.
                 let _ = pipe.clear();
-                match e {
-                    StoreError::PreconditionFailed { .. } => Err(ReadError::Stale {
-                        bucket: bucket.to_owned(),
-                        key: key.to_owned(),
-                    }),
-                    e => Err(e.into()),
-                }
+                Err(ReadError::pinned(e, bucket, key))
             }
         }
     }

@@ -320,13 +320,7 @@ impl ClusterReader {
                         me.fetcher.count(source, into.len());
                         Ok(())
                     }
-                    // A node or the origin ignored If-Match, or the object changed:
-                    // never join bytes of two versions.
-                    Err(StoreError::PreconditionFailed { .. }) => Err(ReadError::Stale {
-                        bucket: req.bucket.clone(),
-                        key: req.key.clone(),
-                    }),
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(ReadError::pinned(e, &req.bucket, &req.key)),
                 }
             })
             .await;
@@ -386,11 +380,7 @@ impl ClusterReader {
                 self.fetcher.count(source, into.len());
                 Ok(got.slice(0, into.len()))
             }
-            Err(StoreError::PreconditionFailed { .. }) => Err(ReadError::Stale {
-                bucket: bucket.to_owned(),
-                key: key.to_owned(),
-            }),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(ReadError::pinned(e, bucket, key)),
         }
     }
 

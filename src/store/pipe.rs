@@ -9,8 +9,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// The most a pipe is asked to hold: the kernel's default `pipe-max-size`,
-/// which an unprivileged process may ask for.
+/// The most a reply (its data) takes of a pipe, and the least a pipe must
+/// hold: the kernel's default `pipe-max-size`, which anyone may ask for.
 pub const PIPE_BYTES: usize = 1 << 20;
 
 pub struct Pipe {
@@ -28,8 +28,8 @@ fn last_error() -> io::Error {
 
 impl Pipe {
     /// A non-blocking pipe that holds a reply of [`PIPE_BYTES`]. A pipe has a
-    /// slot per fragment a socket gave it (a page, at most, of what it
-    /// writes), and a body from a network card comes in packet-sized ones: so
+    /// slot per fragment a socket gives it (up to 32 KiB on loopback, a
+    /// packet's worth from a network card), and a page's worth of slots: so
     /// four times that where allowed (past `pipe-max-size` takes
     /// CAP_SYS_RESOURCE), else twice, else [`PIPE_BYTES`] (loopback's large
     /// fragments fit), or as much as the system gives ([`Pipe::capacity`]).
@@ -155,26 +155,19 @@ impl Pipe {
     /// `dst` (as many as fit; the rest are dropped too); how many went. The pipe
     /// is ready for another use after.
     pub fn drain(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        if self.held == 0 {
-            self.prefix = 0;
-            return Ok(0);
-        }
-        let mut scratch = [0u8; 16 << 10];
+        let mut scratch = [0u8; 4096];
         let mut got = 0;
         while self.held > 0 {
-            let into: &mut [u8] = if self.prefix > 0 || got == dst.len() {
-                let n = self.prefix.max(self.held).min(scratch.len());
-                &mut scratch[..n]
-            } else {
+            let into: &mut [u8] = if self.prefix > 0 {
+                &mut scratch[..self.prefix.min(4096)]
+            } else if got < dst.len() {
                 &mut dst[got..]
-            };
-            let want = into.len().min(if self.prefix > 0 {
-                self.prefix
             } else {
-                self.held
-            });
+                &mut scratch
+            };
             // SAFETY: reading into a buffer we own.
-            let r = unsafe { libc::read(self.read.as_raw_fd(), into.as_mut_ptr().cast(), want) };
+            let r =
+                unsafe { libc::read(self.read.as_raw_fd(), into.as_mut_ptr().cast(), into.len()) };
             if r < 0 {
                 let e = last_error();
                 if e.raw_os_error() == Some(libc::EINTR) {

@@ -287,10 +287,12 @@ impl Fs {
         })
     }
 
-    /// `size` bytes at `offset` of open file `fh`, as the buffers they are in
-    /// (one per block the read touches; none at the end of the file). `cached`:
-    /// the kernel keeps what it gets in its page cache (not an `O_DIRECT`
-    /// reader), so a whole block it takes need not stay in the RAM tier too.
+    /// `size` bytes at `offset` of open file `fh`: in `pipe`, after its head,
+    /// when given one and the bytes could be spliced there; else as the buffers
+    /// they are in (one per block the read touches; none at the end of the
+    /// file). `cached`: the kernel keeps what it gets in its page cache (not an
+    /// `O_DIRECT` reader), so its bytes may be spliced, and a whole block it
+    /// takes need not stay in the RAM tier.
     pub async fn read(
         &self,
         fh: u64,
@@ -308,12 +310,9 @@ impl Fs {
         // Bytes the page cache keeps pass through in a pipe, never into this
         // process (when no tier here holds their block). Not with a disk tier:
         // it is filled by the blocks that come through here.
+        let page_cache = cached && f.page_cache;
         let pipe = pipe.filter(|_| {
-            cached
-                && f.page_cache
-                && self.opts.splice
-                && self.disk.is_none()
-                && self.reader.has_nodes()
+            page_cache && self.opts.splice && self.disk.is_none() && self.reader.has_nodes()
         });
         let base = self.reader.read_window() as u64;
         let budget = self.reader.inflight_limit() as u64;
@@ -331,10 +330,10 @@ impl Fs {
             }
         }
         self.stats.reads.fetch_add(1, Relaxed);
-        let mut piped = None;
-        if let Some(out) = pipe {
-            piped = Some(self.read_piped(&f, offset, end, out).await);
-        }
+        let piped = match pipe {
+            Some(out) => Some(self.read_piped(&f, offset, end, out).await),
+            None => None,
+        };
         let read = match piped {
             Some(Ok(Piped::Spliced { len, waited })) => {
                 if waited {
@@ -365,12 +364,7 @@ impl Fs {
             Ok(parts) => {
                 // A whole block gone into the page cache is kept there: its
                 // buffer is free again while still in the CPU's cache.
-                if sequential
-                    && cached
-                    && f.page_cache
-                    && offset.is_multiple_of(bs)
-                    && end - offset == bs
-                {
+                if sequential && page_cache && offset.is_multiple_of(bs) && end - offset == bs {
                     f.handle.let_go(offset / bs);
                 }
                 let n: usize = parts.iter().map(Bytes::len).sum();

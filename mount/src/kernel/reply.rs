@@ -39,7 +39,6 @@ impl Reply {
     }
 
     fn write(&mut self, error: i32, parts: &[&[u8]]) {
-        self.sent = true;
         let len = abi::OUT_HEADER + parts.iter().map(|p| p.len()).sum::<usize>();
         let mut h = Out::default();
         h.u32(len as u32).i32(-error).u64(self.unique);
@@ -57,6 +56,11 @@ impl Reply {
                 tracing::debug!("FUSE reply not delivered: {e}");
             }
         }
+        self.answered();
+    }
+
+    fn answered(&mut self) {
+        self.sent = true;
         self.pending.fetch_sub(1, Relaxed);
     }
 
@@ -74,37 +78,27 @@ impl Reply {
     pub fn piped(mut self, pipe: &mut Pipe) {
         let len = pipe.held();
         match self.chan.splice(pipe.read_fd(), len) {
-            Ok(n) if n == len => {
-                pipe.taken(n);
-                self.sent = true;
-                self.pending.fetch_sub(1, Relaxed);
-            }
+            Ok(n) if n == len => pipe.taken(n),
+            // Interrupted, or its caller is gone: nobody to answer.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => drop(pipe.clear()),
             r => {
-                // The device takes a reply whole or not at all: what is still in
-                // the pipe goes out the copying way.
-                if let Err(e) = &r {
-                    if e.raw_os_error() == Some(libc::ENOENT) {
-                        let _ = pipe.clear();
-                        self.sent = true;
-                        self.pending.fetch_sub(1, Relaxed);
-                        return;
-                    }
+                if let Err(e) = r {
                     tracing::debug!("FUSE reply not spliced: {e}");
                 }
+                // The device takes a reply whole or not at all: what is still
+                // in the pipe goes out the copying way.
                 let mut data = vec![0u8; len];
-                match pipe.drain(&mut data) {
-                    Ok(n) if n + abi::OUT_HEADER == len => {
-                        data.truncate(n);
-                        self.write(0, &[&data]);
-                    }
+                return match pipe.drain(&mut data) {
+                    Ok(n) if n + abi::OUT_HEADER == len => self.write(0, &[&data[..n]]),
                     // Gone with a failed splice: the read can only fail.
                     _ => {
                         let _ = pipe.clear();
                         self.write(libc::EIO, &[]);
                     }
-                }
+                };
             }
         }
+        self.answered();
     }
 
     pub fn error(self, errno: i32) {

@@ -86,18 +86,8 @@ async fn blocks_the_page_cache_took_whole_leave_the_ram_tier_and_their_buffers_a
         BUCKET,
         &["--metrics-addr", &addr],
     );
-    // Read through the page cache in whole blocks, as dd bs=1M and the
-    // kernel's read-ahead ask for them.
-    let got = sh_ok(&format!(
-        "dd if={} bs=1M status=none | md5sum",
-        q(&m.path("cached.bin"))
-    ))
-    .await;
-    let want = sh_ok(&format!(
-        "md5sum < {}",
-        q(&write_local(dir.path(), "cached.bin", &cached))
-    ))
-    .await;
+    let got = md5_through(&m.path("cached.bin")).await;
+    let want = md5_of(dir.path(), "cached.bin", &cached).await;
     assert_eq!(got, want);
     let ram = value(&addr, "shoal_client_ram_bytes").await;
     assert!(
@@ -148,16 +138,8 @@ async fn page_cache_reads_are_spliced_from_the_nodes_which_fetch_each_block_once
         &["--metrics-addr", &addr],
     );
     let sent = o.stats.snapshot().body_bytes_sent;
-    let got = sh_ok(&format!(
-        "dd if={} bs=1M status=none | md5sum",
-        q(&m.path("big.bin"))
-    ))
-    .await;
-    let want = sh_ok(&format!(
-        "md5sum < {}",
-        q(&write_local(dir.path(), "big.bin", &body))
-    ))
-    .await;
+    let got = md5_through(&m.path("big.bin")).await;
+    let want = md5_of(dir.path(), "big.bin", &body).await;
     assert_eq!(got, want);
     // The bytes went from the node's socket to the kernel: none came into a
     // block buffer or the RAM tier here. (A read whose body came in fragments
@@ -188,11 +170,7 @@ async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
     o.put(BUCKET, "warm.bin", body.clone());
     let dir = tempfile::tempdir().unwrap();
     let node = start_node(&o, dir.path(), "n");
-    let want = sh_ok(&format!(
-        "md5sum < {}",
-        q(&write_local(dir.path(), "warm.bin", &body))
-    ))
-    .await;
+    let want = md5_of(dir.path(), "warm.bin", &body).await;
     // The first mount finds the node cold and asks it ahead for every block;
     // the second finds the blocks held and, after a run of them (and the asks
     // already sent while it ran), asks only every eighth.
@@ -204,11 +182,7 @@ async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
             BUCKET,
             &["--metrics-addr", &addr],
         );
-        let got = sh_ok(&format!(
-            "dd if={} bs=1M status=none | md5sum",
-            q(&m.path("warm.bin"))
-        ))
-        .await;
+        let got = md5_through(&m.path("warm.bin")).await;
         assert_eq!(got, want);
         asked.push(value(&addr, "shoal_client_prefetched_total").await);
         drop(m);
@@ -223,9 +197,15 @@ async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
     );
 }
 
-/// Writes `data` to `dir/name`; returns its path.
-fn write_local(dir: &std::path::Path, name: &str, data: &[u8]) -> std::path::PathBuf {
+/// The MD5 of `path` read through the page cache in whole blocks, as dd bs=1M
+/// and the kernel's read-ahead ask for them.
+async fn md5_through(path: &std::path::Path) -> String {
+    sh_ok(&format!("dd if={} bs=1M status=none | md5sum", q(path))).await
+}
+
+/// The MD5 of `data`, written to `dir/name` and read from there.
+async fn md5_of(dir: &std::path::Path, name: &str, data: &[u8]) -> String {
     let p = dir.join(name);
     std::fs::write(&p, data).unwrap();
-    p
+    sh_ok(&format!("md5sum < {}", q(&p))).await
 }

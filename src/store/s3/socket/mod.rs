@@ -19,6 +19,10 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use std::os::fd::AsRawFd;
+
+use tokio::io::Interest;
+
 use super::chunked::{dechunk, Chunks};
 use crate::store::{Deadline, StoreError};
 
@@ -454,14 +458,34 @@ async fn read_some(
     sockets: &Sockets,
     left: u64,
 ) -> Result<usize, StoreError> {
+    let fd = conn.as_raw_fd();
+    // SAFETY: receiving into a buffer we borrow.
+    let recv = || match unsafe { libc::recv(fd, dst.as_mut_ptr().cast(), dst.len(), 0) } {
+        n if n < 0 => Err(std::io::Error::last_os_error()),
+        n => Ok(n as usize),
+    };
+    when_readable(conn, sockets, left, recv)
+        .await?
+        .map_err(|e| sockets.transport(format!("body cut off: {e}")))
+}
+
+/// What `op` moved off `conn` (how many bytes; none means the body ended
+/// early, an error), run as soon as `conn` has bytes, within the stall
+/// deadline for each wait; `left` bytes of the body are still to come. Errors
+/// of `op` other than "would block" are the caller's to judge.
+async fn when_readable(
+    conn: &TcpStream,
+    sockets: &Sockets,
+    left: u64,
+    mut op: impl FnMut() -> std::io::Result<usize>,
+) -> Result<std::io::Result<usize>, StoreError> {
     loop {
-        match conn.try_read(dst) {
+        match conn.try_io(Interest::READABLE, &mut op) {
             Ok(0) => {
                 return Err(sockets.transport(format!(
                     "body cut off: the connection closed {left} bytes short"
                 )))
             }
-            Ok(n) => return Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 match tokio::time::timeout(sockets.stall, conn.readable()).await {
                     Ok(Ok(())) => {}
@@ -475,7 +499,7 @@ async fn read_some(
                     }
                 }
             }
-            Err(e) => return Err(sockets.transport(format!("body cut off: {e}"))),
+            r => return Ok(r),
         }
     }
 }

@@ -3,11 +3,9 @@
 
 use std::os::fd::AsRawFd;
 
-use tokio::io::Interest;
-
-use super::SocketBody;
+use super::{when_readable, SocketBody};
 use crate::store::pipe::{Pipe, PIPE_BYTES};
-use crate::store::{Deadline, Spliced, StoreError};
+use crate::store::{Spliced, StoreError};
 
 impl SocketBody {
     /// Moves the next `want` bytes of the body into `pipe` (spliced from the
@@ -34,43 +32,27 @@ impl SocketBody {
             let n = left.min(PIPE_BYTES as u64) as usize;
             // A pipe with no room is not a socket with no bytes: told apart
             // here, so the socket's readiness is cleared only for the latter.
-            let spliced = conn.try_io(Interest::READABLE, || match pipe.splice_from(fd, n) {
+            let splice = || match pipe.splice_from(fd, n) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && pending(fd) > 0 => {
                     Err(std::io::Error::other(PipeFull))
                 }
                 r => r,
-            });
-            match spliced {
-                Ok(0) => {
+            };
+            let spliced = match when_readable(conn, &self.sockets, self.remaining, splice).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The connection is in an unknown place of an answer.
                     self.conn = None;
-                    return Err(self.sockets.transport(format!(
-                        "body cut off: the connection closed {} bytes short",
-                        self.remaining
-                    )));
+                    return Err(e);
                 }
+            };
+            match spliced {
                 Ok(got) => {
                     self.remaining -= got as u64;
                     left -= got as u64;
                 }
                 Err(e) if e.get_ref().is_some_and(|e| e.is::<PipeFull>()) => {
                     return Ok(Spliced::Stopped);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match tokio::time::timeout(self.sockets.stall, conn.readable()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            self.conn = None;
-                            return Err(self.sockets.transport(format!("body cut off: {e}")));
-                        }
-                        Err(_) => {
-                            self.conn = None;
-                            return Err(StoreError::Timeout {
-                                endpoint: self.sockets.label.clone(),
-                                deadline: Deadline::Stall,
-                                after: self.sockets.stall,
-                            });
-                        }
-                    }
                 }
                 Err(e) => {
                     self.conn = None;
