@@ -19,9 +19,20 @@ use crate::store::seen::cache_statuses;
 use crate::store::{ByteRange, GetObject, ObjectMeta};
 
 /// Answers in a row that found the block held after which [`Handle::warm`]
-/// asks only every [`PROBE_EVERY`]th block.
+/// asks only every [`PROBE_EVERY`]th block, then every second such, fourth
+/// and eighth as more are found held (a file the nodes hold is asked a few
+/// dozen times per GiB, not once per block).
 const HELD_RUN: u32 = 8;
 const PROBE_EVERY: u64 = 8;
+
+/// Every how many blocks one is asked, after `run` answers in a row found
+/// theirs held (every one before [`HELD_RUN`]).
+fn probe_every(run: u32) -> u64 {
+    match run.checked_sub(HELD_RUN) {
+        None => 1,
+        Some(past) => PROBE_EVERY << past.min(3),
+    }
+}
 
 /// What a piped read came to.
 #[derive(Debug)]
@@ -73,7 +84,7 @@ impl Handle {
     /// they come from a node's RAM when asked for. Each owner is asked for its
     /// block's first byte (a node fetches a block whole for any range of it).
     /// Once [`HELD_RUN`] answers in a row said the node held the block already,
-    /// only every [`PROBE_EVERY`]th block is asked: a warm path is not asked for
+    /// fewer blocks are asked ([`probe_every`]): a warm path is not asked for
     /// what it has, and the first block found missing starts asking again.
     pub fn warm(&self, first: u64, count: u64) {
         let h = self.inner();
@@ -83,7 +94,7 @@ impl Handle {
             return;
         }
         for i in first..(first + count).min(last) {
-            if h.held_run.load(Relaxed) >= HELD_RUN && i % PROBE_EVERY != 0 {
+            if i % probe_every(h.held_run.load(Relaxed)) != 0 {
                 continue;
             }
             if !h.warming.lock().unwrap().insert(i) {
@@ -201,5 +212,19 @@ impl ClusterReader {
                 Err(ReadError::pinned(e, bucket, key))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_asked_less_often_the_longer_they_are_found_held() {
+        let every: Vec<u64> = [0, 7, 8, 9, 10, 11, 12, 100]
+            .into_iter()
+            .map(probe_every)
+            .collect();
+        assert_eq!(every, [1, 1, 8, 16, 32, 64, 64, 64]);
     }
 }

@@ -308,32 +308,41 @@ impl S3Client {
         let Some(creds) = creds else {
             return Ok(headers);
         };
-        let signer = Signer::with_credentials(creds, &self.region_of(call.bucket));
+        let region = self.region_of(call.bucket);
         let mut to_sign: Vec<(&str, &str)> = vec![("host", host)];
         to_sign.extend(signed.iter().copied());
-        let payload = if call.method == Method::PUT {
-            Payload::Unsigned
-        } else {
-            Payload::Bytes(&call.body)
+        let bodiless = call.method != Method::PUT && call.body.is_empty();
+        let sign = |time| -> Result<_, StoreError> {
+            let payload = if call.method == Method::PUT {
+                Payload::Unsigned
+            } else {
+                Payload::Bytes(&call.body)
+            };
+            let added = Signer::with_credentials(creds, &region)
+                .sign_headers(call.method.as_str(), url, &to_sign, payload, time)
+                .map_err(|m| self.protocol(m))?;
+            let mut out = Vec::with_capacity(added.len());
+            for (k, v) in added {
+                let name: http::HeaderName = k
+                    .parse()
+                    .map_err(|_| self.protocol(format!("bad header {k}")))?;
+                let value = v
+                    .parse()
+                    .map_err(|_| self.protocol(format!("bad value for {k}")))?;
+                out.push((name, value));
+            }
+            Ok(out)
         };
-        let added = signer
-            .sign_headers(
-                call.method.as_str(),
-                url,
-                &to_sign,
-                payload,
-                SystemTime::now(),
-            )
-            .map_err(|m| self.protocol(m))?;
-        for (k, v) in added {
-            let name: http::HeaderName = k
-                .parse()
-                .map_err(|_| self.protocol(format!("bad header {k}")))?;
-            headers.insert(
-                name,
-                v.parse()
-                    .map_err(|_| self.protocol(format!("bad value for {k}")))?,
-            );
+        let added = if bodiless {
+            let what = signed_what(call.method.as_str(), url, &to_sign, &region, creds);
+            self.inner
+                .signatures
+                .signed(what, SystemTime::now(), sign)?
+        } else {
+            sign(SystemTime::now())?
+        };
+        for (name, value) in added {
+            headers.insert(name, value);
         }
         Ok(headers)
     }
@@ -490,6 +499,33 @@ pub(super) fn body_stream(
         })
     });
     stall_guard(Box::pin(raw), stall, endpoint)
+}
+
+/// Everything a bodiless request's signature covers but its time, as one key.
+fn signed_what(
+    method: &str,
+    url: &str,
+    signed: &[(&str, &str)],
+    region: &str,
+    creds: &AwsCredentials,
+) -> String {
+    use std::fmt::Write;
+    let secret = xxhash_rust::xxh3::xxh3_64(
+        format!(
+            "{}\n{}",
+            creds.secret_access_key(),
+            creds.session_token().unwrap_or("")
+        )
+        .as_bytes(),
+    );
+    let mut what = format!(
+        "{method} {url}\n{region}\n{}\n{secret:x}\n",
+        creds.access_key_id()
+    );
+    for (k, v) in signed {
+        let _ = writeln!(what, "{k}:{v}");
+    }
+    what
 }
 
 #[cfg(test)]

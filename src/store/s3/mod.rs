@@ -17,6 +17,7 @@ mod list;
 mod object;
 mod options;
 mod sign;
+mod signatures;
 mod socket;
 mod write;
 mod xml;
@@ -72,6 +73,7 @@ struct Inner {
     label: String,
     /// Buckets found in another region than `opts.region` (AWS endpoints only).
     regions: Mutex<HashMap<String, String>>,
+    signatures: signatures::Signatures,
 }
 
 impl S3Client {
@@ -117,6 +119,7 @@ impl S3Client {
                 creds,
                 label,
                 regions: Mutex::new(HashMap::new()),
+                signatures: Default::default(),
             }),
         })
     }

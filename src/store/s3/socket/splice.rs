@@ -22,6 +22,7 @@ impl SocketBody {
             self.early.start += n;
             left -= n as u64;
         }
+        let mut calls = 0;
         while left > 0 {
             let Some(conn) = self.conn.as_ref() else {
                 return Err(self
@@ -32,9 +33,17 @@ impl SocketBody {
             let n = left.min(PIPE_BYTES as u64) as usize;
             // A pipe with no room is not a socket with no bytes: told apart
             // here, so the socket's readiness is cleared only for the latter.
+            // Bytes may arrive between a refused splice and the count of what
+            // is waiting, so a pipe is full only when a second splice is refused
+            // with bytes known to be there (no one else takes them).
             let splice = || match pipe.splice_from(fd, n) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && pending(fd) > 0 => {
-                    Err(std::io::Error::other(PipeFull))
+                    match pipe.splice_from(fd, n) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            Err(std::io::Error::other(PipeFull))
+                        }
+                        r => r,
+                    }
                 }
                 r => r,
             };
@@ -48,10 +57,15 @@ impl SocketBody {
             };
             match spliced {
                 Ok(got) => {
+                    calls += 1;
                     self.remaining -= got as u64;
                     left -= got as u64;
                 }
                 Err(e) if e.get_ref().is_some_and(|e| e.is::<PipeFull>()) => {
+                    tracing::warn!(
+                        "DBGX stopped held={} left={left} calls={calls}",
+                        pipe.held()
+                    );
                     return Ok(Spliced::Stopped);
                 }
                 Err(e) => {
