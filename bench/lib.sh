@@ -137,12 +137,12 @@ drop_cache() {
   prefault "${PREFAULT_MB:-$(( ${SIZE_MB:-512} * 2 ))}"
 }
 
-# dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks (on $READER_CPUS if set).
+# dd_rate FILE: MB/s of reading FILE once with 1 MiB blocks (on $READER_CPUS if set),
+# from the bytes and seconds dd reports (its own rate has two digits: 2.1 GB/s).
 dd_rate() {
   ${READER_CPUS:+taskset -c "$READER_CPUS"} dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ {
-    v = $(NF-1); u = $NF
-    if (u == "GB/s") v *= 1000; else if (u == "kB/s") v /= 1000; else if (u == "B/s") v /= 1e6
-    printf "%.1f", v }'
+    s = $(NF-3)
+    if (s > 0) printf "%.1f", $1 / s / 1e6; else printf "0.0" }'
 }
 
 # cpu_ticks PID...: user + system clock ticks the processes have used so far
