@@ -321,20 +321,17 @@ impl S3Client {
             let added = Signer::with_credentials(creds, &region)
                 .sign_headers(call.method.as_str(), url, &to_sign, payload, time)
                 .map_err(|m| self.protocol(m))?;
-            let mut out = Vec::with_capacity(added.len());
-            for (k, v) in added {
-                let name: http::HeaderName = k
-                    .parse()
-                    .map_err(|_| self.protocol(format!("bad header {k}")))?;
-                let value = v
-                    .parse()
-                    .map_err(|_| self.protocol(format!("bad value for {k}")))?;
-                out.push((name, value));
-            }
-            Ok(out)
+            added
+                .into_iter()
+                .map(|(k, v)| match (k.parse(), v.parse()) {
+                    (Ok(name), Ok(value)) => Ok((name, value)),
+                    _ => Err(self.protocol(format!("bad signed header {k}"))),
+                })
+                .collect()
         };
         let added = if bodiless {
-            let what = signed_what(call.method.as_str(), url, &to_sign, &region, creds);
+            let what =
+                super::signatures::request_key(call.method.as_str(), url, &to_sign, &region, creds);
             self.inner
                 .signatures
                 .signed(what, SystemTime::now(), sign)?
@@ -499,33 +496,6 @@ pub(super) fn body_stream(
         })
     });
     stall_guard(Box::pin(raw), stall, endpoint)
-}
-
-/// Everything a bodiless request's signature covers but its time, as one key.
-fn signed_what(
-    method: &str,
-    url: &str,
-    signed: &[(&str, &str)],
-    region: &str,
-    creds: &AwsCredentials,
-) -> String {
-    use std::fmt::Write;
-    let secret = xxhash_rust::xxh3::xxh3_64(
-        format!(
-            "{}\n{}",
-            creds.secret_access_key(),
-            creds.session_token().unwrap_or("")
-        )
-        .as_bytes(),
-    );
-    let mut what = format!(
-        "{method} {url}\n{region}\n{}\n{secret:x}\n",
-        creds.access_key_id()
-    );
-    for (k, v) in signed {
-        let _ = writeln!(what, "{k}:{v}");
-    }
-    what
 }
 
 #[cfg(test)]

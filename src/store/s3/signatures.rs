@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_credential_types::Credentials as AwsCredentials;
 use http::{HeaderName, HeaderValue};
 
 /// Past this many kept, signatures of earlier seconds are let go.
@@ -55,6 +56,33 @@ impl Signatures {
         kept.insert(what, (second, headers.clone()));
         Ok(headers)
     }
+}
+
+/// Everything a bodiless request's signature covers but its time, as one key.
+pub(super) fn request_key(
+    method: &str,
+    url: &str,
+    signed: &[(&str, &str)],
+    region: &str,
+    creds: &AwsCredentials,
+) -> String {
+    use std::fmt::Write;
+    let secret = xxhash_rust::xxh3::xxh3_64(
+        format!(
+            "{}\n{}",
+            creds.secret_access_key(),
+            creds.session_token().unwrap_or("")
+        )
+        .as_bytes(),
+    );
+    let mut what = format!(
+        "{method} {url}\n{region}\n{}\n{secret:x}\n",
+        creds.access_key_id()
+    );
+    for (k, v) in signed {
+        let _ = writeln!(what, "{k}:{v}");
+    }
+    what
 }
 
 #[cfg(test)]

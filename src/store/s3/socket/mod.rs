@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::HeaderMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -26,7 +26,10 @@ use tokio::io::Interest;
 use super::chunked::{dechunk, Chunks};
 use crate::store::{Deadline, StoreError};
 
+mod head;
 mod splice;
+
+use head::Framing;
 
 /// A connection unused this long is not used again: the other side may be about
 /// to close it (a node closes idle connections after 120 s, S3 after about 20).
@@ -227,7 +230,8 @@ impl Sockets {
             let mut head = httparse::Response::new(&mut slots);
             match head.parse(&buf[..len]) {
                 Ok(httparse::Status::Complete(at)) => {
-                    let (status, headers, framing, reusable) = self.answer(&head)?;
+                    let (status, headers, framing, reusable) =
+                        head::parse(&head).map_err(|m| Exchange::Failed(self.transport(m)))?;
                     let early = at..len;
                     let (length, chunked) = match framing {
                         Framing::Length(n) => (n, false),
@@ -271,65 +275,6 @@ impl Sockets {
             }
         }
     }
-
-    /// Status, headers, how the body is framed and whether the connection stays
-    /// open, from a parsed head.
-    fn answer(
-        &self,
-        head: &httparse::Response<'_, '_>,
-    ) -> Result<(u16, HeaderMap, Framing, bool), Exchange> {
-        let failed = |m: String| Exchange::Failed(self.transport(m));
-        let status = head
-            .code
-            .ok_or_else(|| failed("an answer with no status".into()))?;
-        let mut headers = HeaderMap::with_capacity(head.headers.len());
-        for h in head.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| failed(format!("a bad header name {:?}", h.name)))?;
-            let value = HeaderValue::from_bytes(h.value)
-                .map_err(|_| failed(format!("a bad value of header {name}")))?;
-            headers.append(name, value);
-        }
-        let success = (200..300).contains(&status);
-        let framing = if let Some(te) = headers.get(http::header::TRANSFER_ENCODING) {
-            if success || !te.as_bytes().eq_ignore_ascii_case(b"chunked") {
-                return Err(failed(format!(
-                    "a {status} answer with Transfer-Encoding {te:?} (a body is read by its Content-Length)"
-                )));
-            }
-            Framing::Chunked
-        } else {
-            match headers.get(http::header::CONTENT_LENGTH) {
-                Some(v) => Framing::Length(
-                    v.to_str()
-                        .ok()
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .ok_or_else(|| failed(format!("a bad Content-Length {v:?}")))?,
-                ),
-                // No body by definition.
-                None if status == 304 || status == 204 || (100..200).contains(&status) => {
-                    Framing::Length(0)
-                }
-                None => {
-                    return Err(failed(format!(
-                        "a {status} answer with no Content-Length (a body is read by its Content-Length)"
-                    )))
-                }
-            }
-        };
-        let close = headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-        let reusable = head.version == Some(1) && !close;
-        Ok((status, headers, framing, reusable))
-    }
-}
-
-/// How an answer's body ends.
-enum Framing {
-    Length(u64),
-    Chunked,
 }
 
 /// How an exchange failed: before any answer (worth a fresh connection, for a
