@@ -45,9 +45,11 @@ pub(super) fn parse(
             None if status == 304 || status == 204 || (100..200).contains(&status) => {
                 Framing::Length(0)
             }
-            None => return Err(format!(
+            None => {
+                return Err(format!(
                 "a {status} answer with no Content-Length (a body is read by its Content-Length)"
-            )),
+            ))
+            }
         }
     };
     let close = headers
