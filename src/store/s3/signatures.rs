@@ -67,14 +67,13 @@ pub(super) fn request_key(
     creds: &AwsCredentials,
 ) -> String {
     use std::fmt::Write;
-    let secret = xxhash_rust::xxh3::xxh3_64(
-        format!(
-            "{}\n{}",
-            creds.secret_access_key(),
-            creds.session_token().unwrap_or("")
-        )
-        .as_bytes(),
-    );
+    // Not the secret itself: a hash of it, with the token (which can run to a
+    // kilobyte), taken without a copy of either.
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(creds.secret_access_key().as_bytes());
+    h.update(b"\n");
+    h.update(creds.session_token().unwrap_or("").as_bytes());
+    let secret = h.digest();
     let mut what = format!(
         "{method} {url}\n{region}\n{}\n{secret:x}\n",
         creds.access_key_id()
@@ -142,5 +141,32 @@ mod tests {
                 .unwrap();
         }
         assert!(s.kept.lock().unwrap().len() <= MAX_KEPT);
+    }
+
+    #[test]
+    fn the_key_names_everything_signed_and_whose_keys_sign_it() {
+        let creds = |secret: &str, token: Option<&str>| {
+            AwsCredentials::new("AKID", secret, token.map(str::to_owned), None, "test")
+        };
+        let a = creds("s1", None);
+        let url = "http://n1:9000/b/k";
+        let headers = [("host", "n1:9000"), ("if-match", "\"e1\"")];
+        let base = request_key("GET", url, &headers, "r1", &a);
+        assert_eq!(
+            base,
+            request_key("GET", url, &headers, "r1", &creds("s1", None))
+        );
+        assert!(!base.contains("s1"), "the secret itself is not in the key");
+        for other in [
+            request_key("HEAD", url, &headers, "r1", &a),
+            request_key("GET", "http://n1:9000/b/k2", &headers, "r1", &a),
+            request_key("GET", url, &headers[..1], "r1", &a),
+            request_key("GET", url, &[headers[0], ("if-match", "\"e2\"")], "r1", &a),
+            request_key("GET", url, &headers, "r2", &a),
+            request_key("GET", url, &headers, "r1", &creds("s2", None)),
+            request_key("GET", url, &headers, "r1", &creds("s1", Some("t"))),
+        ] {
+            assert_ne!(base, other);
+        }
     }
 }

@@ -22,7 +22,6 @@ impl SocketBody {
             self.early.start += n;
             left -= n as u64;
         }
-        let mut calls = 0;
         while left > 0 {
             let Some(conn) = self.conn.as_ref() else {
                 return Err(self
@@ -57,15 +56,10 @@ impl SocketBody {
             };
             match spliced {
                 Ok(got) => {
-                    calls += 1;
                     self.remaining -= got as u64;
                     left -= got as u64;
                 }
                 Err(e) if e.get_ref().is_some_and(|e| e.is::<PipeFull>()) => {
-                    tracing::warn!(
-                        "DBGX stopped held={} left={left} calls={calls}",
-                        pipe.held()
-                    );
                     return Ok(Spliced::Stopped);
                 }
                 Err(e) => {
