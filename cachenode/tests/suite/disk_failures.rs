@@ -72,6 +72,41 @@ async fn read_all(node: &NodeProcess, key: &str, body: &bytes::Bytes) {
     }
 }
 
+/// Block files under `dir` written since `t`.
+fn written_since(dir: &Path, t: std::time::SystemTime) -> usize {
+    let Ok(subdirs) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    subdirs
+        .flatten()
+        .filter_map(|d| std::fs::read_dir(d.path()).ok())
+        .flat_map(|files| files.flatten())
+        .filter(|f| f.path().extension().is_some_and(|e| e == "blk"))
+        .filter(|f| {
+            f.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m >= t)
+        })
+        .count()
+}
+
+/// Waits until some block has been written under `dir` since `t` and no more
+/// are arriving.
+async fn blocks_settled(dir: &Path, t: std::time::SystemTime) {
+    let t0 = std::time::Instant::now();
+    let (mut last, mut same) = (0, 0);
+    while same < 5 {
+        let n = written_since(dir, t);
+        same = if n > 0 && n == last { same + 1 } else { 0 };
+        last = n;
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "no block written to the disk tier since it became writable ({n} files)"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 async fn counts(node: &NodeProcess) -> (f64, f64) {
     let text = scrape(&node.addr).await;
     (
@@ -88,11 +123,19 @@ async fn counts_when(
     what: &str,
     ok: impl Fn((f64, f64)) -> bool,
 ) -> (f64, f64) {
-    shoal_testkit::wait_for_value(what, std::time::Duration::from_secs(20), || async {
+    let t0 = std::time::Instant::now();
+    loop {
         let c = counts(node).await;
-        ok(c).then_some(c)
-    })
-    .await
+        if ok(c) {
+            return c;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "{what}: not within 20 s; (write, read) failures counted: {c:?}; node log: {:?}",
+            node.log_lines("disk")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,8 +197,13 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     .await;
 
     // Unreadable: every block on disk fails to read, and is fetched instead.
+    let writable = std::time::SystemTime::now();
     fs.remount("rw");
     read_all(&node, "b", &b).await;
+    // A block reaches the disk after its answer: on a busy machine b's could
+    // still be queued, would fail once the directory is closed, and leave nothing
+    // on disk to fail a read. So b's writes land first.
+    blocks_settled(&data_dir.join("blocks"), writable).await;
     std::fs::set_permissions(
         data_dir.join("blocks"),
         std::os::unix::fs::PermissionsExt::from_mode(0o000),
