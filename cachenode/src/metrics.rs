@@ -77,6 +77,8 @@ pub struct Metrics {
     pub disk_read_failures: Counter,
     /// Blocks the disk tier could not write (full, read-only, permissions).
     pub disk_write_failures: Counter,
+    /// Fetched blocks on their way to the disk tier.
+    pub disk_writes: Gauge,
     /// Client connections open now, and those refused at `node.max_connections`.
     pub connections_open: Gauge,
     pub connections_refused: Counter,
@@ -202,8 +204,10 @@ impl Metrics {
         ram: &TierStats,
         disk: &TierStats,
         failures: DiskFailures,
+        disk_writes: usize,
         pool: shoal::blocks::PoolStats,
     ) {
+        self.disk_writes.set(disk_writes as i64);
         catch_up(&self.buffers_allocated, pool.allocated);
         catch_up(&self.buffers_reused, pool.reused);
         for (label, s) in [(RAM, ram), (DISK, disk)] {
@@ -250,6 +254,7 @@ impl Metrics {
             "block_buffers_reused" => self.buffers_reused, "Block buffers used again for a new block";
             "disk_read_failures" => self.disk_read_failures, "Disk blocks that could not be read, fetched instead";
             "disk_write_failures" => self.disk_write_failures, "Blocks the disk tier could not write (full, read-only, permissions)";
+            "disk_writes" => self.disk_writes, "Fetched blocks on their way to the disk tier (past 8, fetches wait for the disk)";
             "connections_open" => self.connections_open, "Client connections open";
             "connections_refused" => self.connections_refused, "Connections refused at node.max_connections";
             "connections_timed_out" => self.connections_timed_out, "Connections closed for slow headers or idling";

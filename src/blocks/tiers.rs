@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -108,6 +109,9 @@ pub struct Tiers<L, E: Clone> {
     /// blocks without end; past this many a flight ends only once a write slot
     /// is free, and its readers wait for the disk.
     disk_queue: Arc<tokio::sync::Semaphore>,
+    /// Fetched blocks not yet written to disk: queued for a write slot or being
+    /// written.
+    to_disk: Arc<AtomicUsize>,
 }
 
 /// Disk writes queued at most (see [`Tiers::disk_queue`]).
@@ -138,6 +142,7 @@ where
             inflight: Arc::default(),
             pool: BufferPool::new(block as usize, IDLE_BUFFERS),
             disk_queue: Arc::new(tokio::sync::Semaphore::new(DISK_QUEUE)),
+            to_disk: Arc::default(),
         }
     }
 
@@ -244,7 +249,7 @@ where
             inflight: self.inflight.clone(),
         };
         let (ram, disk) = (self.ram.clone(), self.disk.clone());
-        let queue = self.disk_queue.clone();
+        let (queue, to_disk) = (self.disk_queue.clone(), self.to_disk.clone());
         tokio::spawn(async move {
             let mut landing = landing;
             match run.await {
@@ -255,13 +260,17 @@ where
                     }
                     let disk = disk.filter(|_| fill);
                     let slot = match &disk {
-                        Some(_) => queue.acquire_owned().await.ok(),
+                        Some(_) => {
+                            to_disk.fetch_add(1, Relaxed);
+                            queue.acquire_owned().await.ok()
+                        }
                         None => None,
                     };
                     // Readers are done before the disk write: it only keeps.
                     landing.end(Ok(()));
                     if let Some(disk) = disk {
                         let _ = tokio::task::spawn_blocking(move || disk.insert(key, b)).await;
+                        to_disk.fetch_sub(1, Relaxed);
                     }
                     drop(slot);
                 }
@@ -323,6 +332,12 @@ where
 
     pub fn disk_stats(&self) -> TierStats {
         self.disk.as_ref().map(|d| d.stats()).unwrap_or_default()
+    }
+
+    /// Fetched blocks on their way to the disk tier: waiting for one of the
+    /// [`DISK_QUEUE`] write slots, or being written.
+    pub fn disk_writes(&self) -> usize {
+        self.to_disk.load(Relaxed)
     }
 
     pub fn disk_failures(&self) -> DiskFailures {
@@ -441,6 +456,58 @@ mod tests {
         let r = get_or_fetch(&t, key(2), async { Err("origin down".to_owned()) }).await;
         assert_eq!(r, Err(FlightError::Failed("origin down".into())));
         assert!(!t.cached(&key(2)).await);
+    }
+
+    /// A disk whose writes wait until the test opens its gate.
+    struct GatedDisk {
+        gate: Mutex<std::sync::mpsc::Receiver<()>>,
+        written: AtomicUsize,
+    }
+
+    impl BlockCache for GatedDisk {
+        fn get(&self, _: &BlockKey) -> Option<Bytes> {
+            None
+        }
+        fn insert(&self, _: BlockKey, _: Bytes) {
+            let _ = self.gate.lock().unwrap().recv();
+            self.written.fetch_add(1, Ordering::SeqCst);
+        }
+        fn remove(&self, _: &dyn Fn(&BlockKey) -> bool) -> u64 {
+            0
+        }
+        fn stats(&self) -> TierStats {
+            TierStats::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocks_on_their_way_to_disk_are_counted_until_written() {
+        let (open, gate) = std::sync::mpsc::channel();
+        let disk = Arc::new(GatedDisk {
+            gate: Mutex::new(gate),
+            written: AtomicUsize::new(0),
+        });
+        let t: Tiers<(), String> = Tiers::new(1 << 20, 4, Some(disk.clone()));
+        assert_eq!(t.disk_writes(), 0);
+        for i in 0..2 {
+            get_or_fetch(&t, key(i), async { Ok(Bytes::from_static(b"abcd")) })
+                .await
+                .unwrap();
+        }
+        // Answered, not yet written: both counted from before their answers.
+        assert_eq!(t.disk_writes(), 2);
+        assert_eq!(disk.written.load(Ordering::SeqCst), 0);
+        open.send(()).unwrap();
+        open.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while t.disk_writes() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "writes never counted done"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(disk.written.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

@@ -361,6 +361,7 @@ impl Node {
             &self.tiers.ram_stats(),
             &self.tiers.disk_stats(),
             self.tiers.disk_failures(),
+            self.tiers.disk_writes(),
             self.tiers.pool_stats(),
         );
         self.metrics.metadata(&self.metadata.stats());

@@ -90,23 +90,6 @@ fn written_since(dir: &Path, t: std::time::SystemTime) -> usize {
         .count()
 }
 
-/// Waits until some block has been written under `dir` since `t` and no more
-/// are arriving.
-async fn blocks_settled(dir: &Path, t: std::time::SystemTime) {
-    let t0 = std::time::Instant::now();
-    let (mut last, mut same) = (0, 0);
-    while same < 5 {
-        let n = written_since(dir, t);
-        same = if n > 0 && n == last { same + 1 } else { 0 };
-        last = n;
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(20),
-            "no block written to the disk tier since it became writable ({n} files)"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 async fn counts(node: &NodeProcess) -> (f64, f64) {
     let text = scrape(&node.addr).await;
     (
@@ -201,9 +184,19 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     fs.remount("rw");
     read_all(&node, "b", &b).await;
     // A block reaches the disk after its answer: on a busy machine b's could
-    // still be queued, would fail once the directory is closed, and leave nothing
-    // on disk to fail a read. So b's writes land first.
-    blocks_settled(&data_dir.join("blocks"), writable).await;
+    // still be on their way, would fail once the directory is closed (evicting
+    // what is there first), and leave nothing on disk to fail a read. So b's
+    // writes end first.
+    shoal_testkit::wait_for(
+        "the node's disk writes to end",
+        std::time::Duration::from_secs(20),
+        || async { metric_required(&scrape(&node.addr).await, "shoal_node_disk_writes") == 0.0 },
+    )
+    .await;
+    assert!(
+        written_since(&data_dir.join("blocks"), writable) > 0,
+        "no block written to the disk tier since it became writable"
+    );
     std::fs::set_permissions(
         data_dir.join("blocks"),
         std::os::unix::fs::PermissionsExt::from_mode(0o000),
