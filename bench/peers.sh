@@ -203,15 +203,23 @@ if [ "$have_ms3" = 1 ]; then
     # each, page cache dropped before each. --cache reads its own cache from this
     # disk, whose speed varies from one read to the next (see the local file
     # above), and the machine drifts over a run: in turns both see the same.
-    # Each side: its median MB/s, its CPU over all five passes.
-    turn_s=(); turn_c=(); s_ticks=0; c_ticks=0
+    # Each side: its median MB/s, its CPU over all five passes. The two null FUSE
+    # daemons take their turns too: what no FUSE daemon can beat, set against
+    # --cache in the same passes, says whether a target against it is reachable.
+    turn_s=(); turn_c=(); turn_n=(); turn_r=(); s_ticks=0; c_ticks=0; n_ticks=0; r_ticks=0
     for _ in 1 2 3 4 5; do
       drop_cache; t0=$(cpu_ticks "$mount_pid"); turn_s+=("$(dd_rate "$S/obj.bin")"); t1=$(cpu_ticks "$mount_pid")
       s_ticks=$((s_ticks + t1 - t0))
       drop_cache; t0=$(cpu_ticks "$ms3c_pid"); turn_c+=("$(dd_rate "$work/ms3c/peer.bin")"); t1=$(cpu_ticks "$ms3c_pid")
       c_ticks=$((c_ticks + t1 - t0))
+      drop_cache; t0=$(cpu_ticks "$null_pid"); turn_n+=("$(dd_rate "$work/null/zero")"); t1=$(cpu_ticks "$null_pid")
+      n_ticks=$((n_ticks + t1 - t0))
+      drop_cache; t0=$(cpu_ticks "$ring_pid"); turn_r+=("$(dd_rate "$work/nullring/zero")"); t1=$(cpu_ticks "$ring_pid")
+      r_ticks=$((r_ticks + t1 - t0))
     done
-    turns="shoal $(median "${turn_s[@]}") MB/s $(ms_per_gib "$s_ticks" $((5 * bytes))) ms/GiB (${turn_s[*]}); mountpoint-s3 --cache $(median "${turn_c[@]}") MB/s $(ms_per_gib "$c_ticks" $((5 * bytes))) ms/GiB (${turn_c[*]})"
+    turn_null=$(median "${turn_n[@]}"); turn_cpu_n=$(ms_per_gib "$n_ticks" $((5 * bytes)))
+    turn_ring=$(median "${turn_r[@]}"); turn_cpu_r=$(ms_per_gib "$r_ticks" $((5 * bytes)))
+    turns="shoal $(median "${turn_s[@]}") MB/s $(ms_per_gib "$s_ticks" $((5 * bytes))) ms/GiB (${turn_s[*]}); mountpoint-s3 --cache $(median "${turn_c[@]}") MB/s $(ms_per_gib "$c_ticks" $((5 * bytes))) ms/GiB (${turn_c[*]}); null FUSE $turn_null MB/s $turn_cpu_n ms/GiB (${turn_n[*]}); null FUSE from a ring $turn_ring MB/s $turn_cpu_r ms/GiB (${turn_r[*]})"
     turn_warm=$(median "${turn_s[@]}"); turn_cpu=$(ms_per_gib "$s_ticks" $((5 * bytes)))
     turn_warm_c=$(median "${turn_c[@]}"); turn_cpu_c=$(ms_per_gib "$c_ticks" $((5 * bytes)))
   fi
@@ -270,3 +278,11 @@ row "warm MB/s pinned, in turns: shoal / mountpoint-s3 --cache" "$(ratio "$turn_
 row "cold CPU per GiB: shoal mount / mountpoint-s3" "$(ratio "$cold_cpu" "${ms3[3]}")" "<= 0.4"
 row "cold first byte: shoal / (origin first byte + one hop)" "$(ratio "$fb" "$fb_floor") (${fb} ms)" "<= 1.3"
 row "warm CPU per GiB: shoal mount / null FUSE from a ring" "$(ratio "$warm_cpu" "$ring_cpu")" "(floor)"
+# Floors of the two targets against --cache: the null FUSE daemons in the same
+# turns. A floor past its target means no FUSE daemon meets it in this run.
+row "floor, in turns: null FUSE CPU per GiB / mountpoint-s3 --cache" "$(ratio "$turn_cpu_n" "$turn_cpu_c")" "(<= 0.35?)"
+row "floor, in turns: null FUSE from a ring CPU / mountpoint-s3 --cache" "$(ratio "$turn_cpu_r" "$turn_cpu_c")" "(<= 0.35?)"
+row "floor, in turns: null FUSE MB/s / mountpoint-s3 --cache" "$(ratio "$turn_null" "$turn_warm_c")" "(>= 2.5?)"
+row "floor, in turns: null FUSE from a ring MB/s / mountpoint-s3 --cache" "$(ratio "$turn_ring" "$turn_warm_c")" "(>= 2.5?)"
+row "in turns: shoal mount / null FUSE, CPU per GiB" "$(ratio "$turn_cpu" "$turn_cpu_n")" "(<= 2)"
+row "in turns: shoal / null FUSE, MB/s" "$(ratio "$turn_warm" "$turn_null")" "(>= 0.7)"
