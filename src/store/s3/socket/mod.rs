@@ -435,6 +435,9 @@ async fn when_readable(
                 match tokio::time::timeout(sockets.stall, conn.readable()).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(sockets.transport(format!("body cut off: {e}"))),
+                    // Bytes came, fewer than the socket's low-water mark
+                    // ([`splice`]): a body still arriving is not stalled.
+                    Err(_) if splice::pending(conn.as_raw_fd()) > 0 => {}
                     Err(_) => {
                         return Err(StoreError::Timeout {
                             endpoint: sockets.label.clone(),
