@@ -14,9 +14,9 @@ impl SocketBody {
     /// with [`Self::read`].
     pub async fn splice_into(&mut self, pipe: &mut Pipe, want: u64) -> Result<Spliced, StoreError> {
         let mut left = want.min(self.remaining());
-        // The low-water mark this call set on the socket, if any: put back to
+        // Whether this call raised the socket's low-water mark: put back to
         // one byte before anything else reads the connection.
-        let mut lowat: Option<u64> = None;
+        let mut raised = false;
         if !self.early.is_empty() {
             let n = (self.early.len() as u64).min(left) as usize;
             let from = self.early.start;
@@ -43,7 +43,7 @@ impl SocketBody {
             let splice = || match pipe.splice_from(fd, n) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if pending(fd) == 0 {
-                        lowat = set_lowat(fd, mark(left)).then_some(left).or(lowat);
+                        raised |= set_lowat(fd, mark(left));
                         return Err(e);
                     }
                     match pipe.splice_from(fd, n) {
@@ -69,7 +69,7 @@ impl SocketBody {
                     left -= got as u64;
                 }
                 Err(e) if e.get_ref().is_some_and(|e| e.is::<PipeFull>()) => {
-                    if lowat.is_some() {
+                    if raised {
                         set_lowat(fd, 1);
                     }
                     return Ok(Spliced::Stopped);
@@ -80,7 +80,7 @@ impl SocketBody {
                 }
             }
         }
-        if let (Some(_), Some(conn)) = (lowat, self.conn.as_ref()) {
+        if let (true, Some(conn)) = (raised, self.conn.as_ref()) {
             set_lowat(conn.as_raw_fd(), 1);
         }
         if self.remaining == 0 && self.early.is_empty() {
