@@ -166,14 +166,20 @@ async fn page_cache_reads_are_spliced_from_the_nodes_which_fetch_each_block_once
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
     let o = origin().await;
-    let body = data(64 << 20, 35);
+    // Big enough that the asks sent before the first answers come back (up to
+    // the 64 blocks of the read-ahead budget, on a busy machine) are not most
+    // of the file: what is checked is what comes after them.
+    const BLOCKS: usize = 192;
+    let body = data(BLOCKS << 20, 35);
     o.put(BUCKET, "warm.bin", body.clone());
     let dir = tempfile::tempdir().unwrap();
-    let node = start_node(&o, dir.path(), "n");
+    // A RAM tier whose every shard holds its share of the file with room to
+    // spare: a block evicted would be missed again, which rightly asks anew.
+    let node = start_node_with(&o, dir.path(), "n", "[cache]\nram_size = \"1GiB\"\n");
     let want = md5_of(dir.path(), "warm.bin", &body).await;
     // The first mount finds the node cold and asks it ahead for every block;
     // the second finds the blocks held and, after a run of them (and the asks
-    // already sent while it ran), asks only every eighth.
+    // already sent while it ran), asks only every eighth, then fewer.
     let mut asked = Vec::new();
     for _ in 0..2 {
         let addr = free_addr();
@@ -188,12 +194,12 @@ async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
         drop(m);
     }
     assert!(
-        asked[0] >= 56.0,
-        "the cold read asked ahead for {asked:?} blocks"
+        asked[0] >= (BLOCKS - 8) as f64,
+        "the cold read asked ahead for {asked:?} blocks of {BLOCKS}"
     );
     assert!(
         asked[1] * 2.0 <= asked[0],
-        "the warm read asked ahead for {asked:?} blocks"
+        "the warm read asked ahead for {asked:?} blocks of {BLOCKS}"
     );
 }
 
