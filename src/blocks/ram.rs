@@ -1,12 +1,14 @@
 //! The RAM tier: sharded LRU, bounded in bytes.
 //!
-//! Sharding keeps lock hold times short when many readers hit at once; each shard
-//! owns an equal slice of the byte budget. A block larger than a shard's slice is
-//! not cached (it would evict the whole shard for one entry), so a tier made for
-//! blocks of a given size ([`RamTier::for_blocks`]) has no more shards than it
-//! has room for such blocks.
+//! Sharding keeps lock hold times short when many readers hit at once. The byte
+//! budget is the whole tier's, not a slice per shard: blocks land in shards by
+//! their hash, unevenly, and shards of equal slices overflowed (a tier of 256
+//! blocks in 16 shards refetched an eighth of a 192-block file read twice). An
+//! insert past the budget evicts the least recently used blocks of its own
+//! shard, which with hashed keys is about the oldest of the whole tier, and of
+//! the others in turn when its own holds nothing else.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -22,16 +24,35 @@ struct Shard {
     bytes: u64,
 }
 
+impl Shard {
+    /// Drops its least recently used block, if it holds any but `keep`;
+    /// the bytes freed.
+    fn evict(&mut self, keep: Option<&BlockKey>) -> Option<u64> {
+        let (k, _) = self.lru.peek_lru()?;
+        if Some(k) == keep {
+            return None;
+        }
+        let (_, v) = self.lru.pop_lru()?;
+        self.bytes -= v.len() as u64;
+        Some(v.len() as u64)
+    }
+}
+
 pub struct RamTier {
     shards: Vec<Mutex<Shard>>,
-    per_shard: u64,
     capacity: u64,
+    /// Bytes held by all shards together (changed under the shard's lock).
+    used: AtomicU64,
+    /// Where the next eviction from another shard than the inserter's starts,
+    /// so that no one shard is always the one emptied.
+    next_victim: AtomicUsize,
     evictions: AtomicU64,
 }
 
 impl RamTier {
     /// A tier of at most `capacity` bytes for blocks of up to `block` bytes: as
-    /// many shards as hold one such block each, at most 16.
+    /// many shards as it holds such blocks, at most 16 (a tier of a few blocks
+    /// has little to spread).
     pub fn for_blocks(capacity: u64, block: u64) -> RamTier {
         let shards = (capacity / block.max(1)).clamp(1, MAX_SHARDS);
         RamTier::new(capacity, shards as usize)
@@ -49,47 +70,93 @@ impl RamTier {
                     })
                 })
                 .collect(),
-            per_shard: capacity / shards as u64,
             capacity,
+            used: AtomicU64::new(0),
+            next_victim: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, key: &BlockKey) -> &Mutex<Shard> {
-        &self.shards[(key.digest() as usize) % self.shards.len()]
+    fn shard_of(&self, key: &BlockKey) -> usize {
+        (key.digest() as usize) % self.shards.len()
+    }
+
+    fn over(&self) -> bool {
+        self.used.load(Relaxed) > self.capacity
+    }
+
+    fn evicted(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Relaxed);
+        self.evictions.fetch_add(1, Relaxed);
     }
 }
 
 impl BlockCache for RamTier {
     fn get(&self, key: &BlockKey) -> Option<Bytes> {
-        self.shard(key).lock().unwrap().lru.get(key).cloned()
+        self.shards[self.shard_of(key)]
+            .lock()
+            .unwrap()
+            .lru
+            .get(key)
+            .cloned()
     }
 
     fn insert(&self, key: BlockKey, data: Bytes) {
         let len = data.len() as u64;
-        if len > self.per_shard {
+        if len > self.capacity {
             return;
         }
-        let mut s = self.shard(&key).lock().unwrap();
-        if let Some(old) = s.lru.put(key, data) {
-            s.bytes -= old.len() as u64;
-        }
-        s.bytes += len;
-        while s.bytes > self.per_shard {
-            match s.lru.pop_lru() {
-                Some((_, v)) => {
-                    s.bytes -= v.len() as u64;
-                    self.evictions.fetch_add(1, Relaxed);
+        let home = self.shard_of(&key);
+        {
+            let mut s = self.shards[home].lock().unwrap();
+            if let Some(old) = s.lru.put(key.clone(), data) {
+                s.bytes -= old.len() as u64;
+                self.used.fetch_sub(old.len() as u64, Relaxed);
+            }
+            s.bytes += len;
+            self.used.fetch_add(len, Relaxed);
+            while self.over() {
+                match s.evict(Some(&key)) {
+                    Some(freed) => self.evicted(freed),
+                    None => break,
                 }
-                None => break,
+            }
+        }
+        // Its own shard holds nothing older: the others give way, one lock at a
+        // time (never two held at once). Each is tried until it is empty, and a
+        // round that frees nothing ends (the others' blocks went meanwhile).
+        while self.over() {
+            let mut freed_any = false;
+            for _ in 0..self.shards.len() {
+                let i = self.next_victim.fetch_add(1, Relaxed) % self.shards.len();
+                if i == home {
+                    continue;
+                }
+                let mut s = self.shards[i].lock().unwrap();
+                while self.over() {
+                    match s.evict(None) {
+                        Some(freed) => {
+                            self.evicted(freed);
+                            freed_any = true;
+                        }
+                        None => break,
+                    }
+                }
+                if !self.over() {
+                    return;
+                }
+            }
+            if !freed_any {
+                break;
             }
         }
     }
 
     fn forget(&self, key: &BlockKey) {
-        let mut s = self.shard(key).lock().unwrap();
+        let mut s = self.shards[self.shard_of(key)].lock().unwrap();
         if let Some(v) = s.lru.pop(key) {
             s.bytes -= v.len() as u64;
+            self.used.fetch_sub(v.len() as u64, Relaxed);
         }
     }
 
@@ -106,6 +173,7 @@ impl BlockCache for RamTier {
             for k in picked {
                 if let Some(v) = s.lru.pop(&k) {
                     s.bytes -= v.len() as u64;
+                    self.used.fetch_sub(v.len() as u64, Relaxed);
                     removed += 1;
                 }
             }
@@ -147,6 +215,88 @@ mod tests {
         // The most recent blocks are still there.
         assert!(t.get(&BlockKey::new("b", "k", "e", 700, 999)).is_some());
         assert!(t.get(&BlockKey::new("b", "k", "e", 700, 0)).is_none());
+    }
+
+    #[test]
+    fn a_tier_holds_its_whole_budget_however_its_blocks_fall_in_shards() {
+        let mb = 1u64 << 20;
+        let t = RamTier::for_blocks(16 * mb, mb);
+        assert_eq!(t.shards.len(), 16);
+        let key = |i| BlockKey::new("b", "k", "e", mb, i);
+        for i in 0..16u64 {
+            t.insert(key(i), Bytes::from(vec![0u8; mb as usize]));
+        }
+        // Sixteen blocks never fall one in each of sixteen shards by hash alone.
+        let per_shard: Vec<usize> = t
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap().lru.len())
+            .collect();
+        assert!(per_shard.iter().any(|&n| n > 1), "{per_shard:?}");
+        let s = t.stats();
+        assert_eq!((s.blocks, s.evictions), (16, 0), "{s:?}");
+        assert!((0..16).all(|i| t.get(&key(i)).is_some()));
+        // One more evicts one, and the newest stays.
+        t.insert(key(16), Bytes::from(vec![0u8; mb as usize]));
+        let s = t.stats();
+        assert_eq!(
+            (s.blocks, s.evictions, s.used_bytes),
+            (16, 1, 16 * mb),
+            "{s:?}"
+        );
+        assert!(t.get(&key(16)).is_some());
+    }
+
+    #[test]
+    fn a_block_alone_in_its_shard_makes_room_in_the_others() {
+        // Two shards, room for three blocks: three of one shard are all held
+        // (not half the budget's worth), and a fourth in the other shard, where
+        // it is alone, evicts the oldest of the first.
+        let t = RamTier::new(3 * 100, 2);
+        let key = |i| BlockKey::new("b", "k", "e", 100, i);
+        let in_shard = |n| -> Vec<u64> {
+            (0..)
+                .filter(|&i| t.shard_of(&key(i)) == n)
+                .take(3)
+                .collect()
+        };
+        let (zero, one) = (in_shard(0), in_shard(1));
+        let (a, b, c, d) = (zero[0], zero[1], zero[2], one[0]);
+        for i in [a, b, c] {
+            t.insert(key(i), Bytes::from(vec![1u8; 100]));
+        }
+        assert_eq!(t.stats().blocks, 3);
+        t.insert(key(d), Bytes::from(vec![1u8; 100]));
+        let s = t.stats();
+        assert_eq!((s.blocks, s.evictions, s.used_bytes), (3, 1, 300), "{s:?}");
+        assert!(t.get(&key(a)).is_none());
+        assert!([b, c, d].iter().all(|&i| t.get(&key(i)).is_some()));
+    }
+
+    #[test]
+    fn inserts_from_many_threads_keep_to_the_budget_and_its_count() {
+        let t = std::sync::Arc::new(RamTier::new(10 * 1024, 4));
+        let threads: Vec<_> = (0..4u64)
+            .map(|n| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000u64 {
+                        let k = BlockKey::new("b", "k", "e", 700, n * 10_000 + i % 50);
+                        t.insert(k.clone(), Bytes::from(vec![0u8; 700]));
+                        if i % 7 == 0 {
+                            t.forget(&k);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        let s = t.stats();
+        assert!(s.used_bytes <= 10 * 1024, "{s:?}");
+        assert_eq!(t.used.load(Relaxed), s.used_bytes);
+        assert_eq!(s.used_bytes, s.blocks * 700);
     }
 
     #[test]

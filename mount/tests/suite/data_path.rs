@@ -173,14 +173,15 @@ async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
     let body = data(BLOCKS << 20, 35);
     o.put(BUCKET, "warm.bin", body.clone());
     let dir = tempfile::tempdir().unwrap();
-    // A RAM tier whose every shard holds its share of the file with room to
-    // spare: a block evicted would be missed again, which rightly asks anew.
-    let node = start_node_with(&o, dir.path(), "n", "[cache]\nram_size = \"1GiB\"\n");
+    // The node's RAM tier (256 MiB in 16 shards) holds the whole file, however
+    // unevenly its blocks fall in the shards.
+    let node = start_node(&o, dir.path(), "n");
     let want = md5_of(dir.path(), "warm.bin", &body).await;
     // The first mount finds the node cold and asks it ahead for every block;
     // the second finds the blocks held and, after a run of them (and the asks
     // already sent while it ran), asks only every eighth, then fewer.
     let mut asked = Vec::new();
+    let mut fetched = Vec::new();
     for _ in 0..2 {
         let addr = free_addr();
         let m = Mount::start(
@@ -191,8 +192,16 @@ async fn a_file_the_nodes_hold_is_not_asked_of_them_ahead_block_by_block() {
         let got = md5_through(&m.path("warm.bin")).await;
         assert_eq!(got, want);
         asked.push(value(&addr, "shoal_client_prefetched_total").await);
+        fetched.push(metric_required(
+            &scrape(&node.addr).await,
+            "shoal_node_origin_requests_total{kind=\"block\"}",
+        ));
         drop(m);
     }
+    assert_eq!(
+        fetched, [BLOCKS as f64; 2],
+        "blocks the node fetched from the origin after each read"
+    );
     assert!(
         asked[0] >= (BLOCKS - 8) as f64,
         "the cold read asked ahead for {asked:?} blocks of {BLOCKS}"
