@@ -411,11 +411,16 @@ impl BlockCache for DiskTier {
             // Room first: on a disk that holds no more than the tier, writing
             // before evicting would fail.
             let mut s = self.state.lock().unwrap();
+            // A key names one version's block: held, it holds these bytes
+            // already. Written again, its old file and the new one would both
+            // be on disk for a while, past the tier's bound.
+            if s.lru.get(&key).is_some() {
+                return;
+            }
             if s.writing + size > capacity {
                 return;
             }
-            let kept = s.lru.peek(&key).copied().unwrap_or(0);
-            let room = (capacity + kept).saturating_sub(size + s.writing);
+            let room = capacity.saturating_sub(size + s.writing);
             self.evict_to(&mut s, room);
             s.writing += size;
         }
@@ -535,6 +540,26 @@ mod tests {
         assert_eq!(stats.blocks, kept);
         assert_eq!(stats.removed, 1);
         assert_eq!(t.get(&key(29)).unwrap(), Bytes::from(vec![29u8; 1000]));
+    }
+
+    #[test]
+    fn a_block_held_is_not_written_again_and_counts_as_used() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        let size = (encode_header(&key(0), &[0; 1000]).len() + 1000) as u64;
+        // Room for two blocks and a half.
+        t.capacity.store(size * 5 / 2, Relaxed);
+        t.insert(key(1), Bytes::from(vec![1u8; 1000]));
+        t.insert(key(2), Bytes::from(vec![2u8; 1000]));
+        let inode = std::fs::metadata(t.path_of(&key(1))).unwrap().ino();
+        t.insert(key(1), Bytes::from(vec![1u8; 1000]));
+        assert_eq!(std::fs::metadata(t.path_of(&key(1))).unwrap().ino(), inode);
+        assert_eq!((t.stats().blocks, t.stats().used_bytes), (2, 2 * size));
+        // It was used, so the third block evicts the second.
+        t.insert(key(3), Bytes::from(vec![3u8; 1000]));
+        assert!(t.get(&key(2)).is_none());
+        assert_eq!(t.get(&key(1)).unwrap(), Bytes::from(vec![1u8; 1000]));
     }
 
     #[test]
