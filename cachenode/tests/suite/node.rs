@@ -304,6 +304,17 @@ async fn tiers_never_exceed_their_bounds() {
                 ram <= (2 * MIB) as f64 && disk <= (4 * MIB) as f64,
                 "ram {ram} disk {disk}"
             );
+            // The files are counted once the blocks' writes (which follow the
+            // answer) have ended: a walk over directories while one block is
+            // written and another evicted can count both.
+            shoal_testkit::wait_for(
+                "the node's disk writes to end",
+                Duration::from_secs(20),
+                || async {
+                    metric_required(&scrape(node.addr).await, "shoal_node_disk_writes") == 0.0
+                },
+            )
+            .await;
             let on_disk: u64 = walk(dir.path());
             assert!(on_disk <= 4 * MIB, "files on disk: {on_disk}");
         }
