@@ -408,8 +408,6 @@ impl BlockCache for DiskTier {
             return;
         }
         {
-            // Room first: on a disk that holds no more than the tier, writing
-            // before evicting would fail.
             let mut s = self.state.lock().unwrap();
             // A key names one version's block: held, it holds these bytes
             // already. Written again, its old file and the new one would both
@@ -420,6 +418,8 @@ impl BlockCache for DiskTier {
             if s.writing + size > capacity {
                 return;
             }
+            // Room first: on a disk that holds no more than the tier, writing
+            // before evicting would fail.
             let room = capacity.saturating_sub(size + s.writing);
             self.evict_to(&mut s, room);
             s.writing += size;

@@ -19,32 +19,15 @@ use super::{BlockCache, BlockKey, TierStats};
 /// Enough shards that many readers rarely meet on one lock.
 const MAX_SHARDS: u64 = 16;
 
-struct Shard {
-    lru: LruCache<BlockKey, Bytes>,
-    bytes: u64,
-}
-
-impl Shard {
-    /// Drops its least recently used block, if it holds any but `keep`;
-    /// the bytes freed.
-    fn evict(&mut self, keep: Option<&BlockKey>) -> Option<u64> {
-        let (k, _) = self.lru.peek_lru()?;
-        if Some(k) == keep {
-            return None;
-        }
-        let (_, v) = self.lru.pop_lru()?;
-        self.bytes -= v.len() as u64;
-        Some(v.len() as u64)
-    }
-}
+type Shard = LruCache<BlockKey, Bytes>;
 
 pub struct RamTier {
     shards: Vec<Mutex<Shard>>,
     capacity: u64,
     /// Bytes held by all shards together (changed under the shard's lock).
     used: AtomicU64,
-    /// Where the next eviction from another shard than the inserter's starts,
-    /// so that no one shard is always the one emptied.
+    /// The shard the next eviction past the inserter's own tries first, so
+    /// that the others give way in turn.
     next_victim: AtomicUsize,
     evictions: AtomicU64,
 }
@@ -60,15 +43,9 @@ impl RamTier {
 
     /// A tier of at most `capacity` bytes in `shards` shards (at least one).
     pub fn new(capacity: u64, shards: usize) -> RamTier {
-        let shards = shards.max(1);
         RamTier {
-            shards: (0..shards)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        lru: LruCache::unbounded(),
-                        bytes: 0,
-                    })
-                })
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(LruCache::unbounded()))
                 .collect(),
             capacity,
             used: AtomicU64::new(0),
@@ -85,9 +62,19 @@ impl RamTier {
         self.used.load(Relaxed) > self.capacity
     }
 
-    fn evicted(&self, bytes: u64) {
-        self.used.fetch_sub(bytes, Relaxed);
+    /// Drops shard `s`'s least recently used block if it holds more than
+    /// `spare` (the block just put there is its most recently used); whether
+    /// it did.
+    fn evict_from(&self, s: &mut Shard, spare: usize) -> bool {
+        if s.len() <= spare {
+            return false;
+        }
+        let Some((_, v)) = s.pop_lru() else {
+            return false;
+        };
+        self.used.fetch_sub(v.len() as u64, Relaxed);
         self.evictions.fetch_add(1, Relaxed);
+        true
     }
 }
 
@@ -96,7 +83,6 @@ impl BlockCache for RamTier {
         self.shards[self.shard_of(key)]
             .lock()
             .unwrap()
-            .lru
             .get(key)
             .cloned()
     }
@@ -109,53 +95,28 @@ impl BlockCache for RamTier {
         let home = self.shard_of(&key);
         {
             let mut s = self.shards[home].lock().unwrap();
-            if let Some(old) = s.lru.put(key.clone(), data) {
-                s.bytes -= old.len() as u64;
+            self.used.fetch_add(len, Relaxed);
+            if let Some(old) = s.put(key, data) {
                 self.used.fetch_sub(old.len() as u64, Relaxed);
             }
-            s.bytes += len;
-            self.used.fetch_add(len, Relaxed);
-            while self.over() {
-                match s.evict(Some(&key)) {
-                    Some(freed) => self.evicted(freed),
-                    None => break,
-                }
-            }
+            while self.over() && self.evict_from(&mut s, 1) {}
         }
-        // Its own shard holds nothing older: the others give way, one lock at a
-        // time (never two held at once). Each is tried until it is empty, and a
-        // round that frees nothing ends (the others' blocks went meanwhile).
-        while self.over() {
-            let mut freed_any = false;
-            for _ in 0..self.shards.len() {
-                let i = self.next_victim.fetch_add(1, Relaxed) % self.shards.len();
-                if i == home {
-                    continue;
-                }
-                let mut s = self.shards[i].lock().unwrap();
-                while self.over() {
-                    match s.evict(None) {
-                        Some(freed) => {
-                            self.evicted(freed);
-                            freed_any = true;
-                        }
-                        None => break,
-                    }
-                }
-                if !self.over() {
-                    return;
-                }
-            }
-            if !freed_any {
-                break;
+        // Its own shard holds nothing older: the others give way in turn, one
+        // block and one lock at a time, until a full round finds none to give.
+        let mut fruitless = 0;
+        while self.over() && fruitless < self.shards.len() {
+            let i = self.next_victim.fetch_add(1, Relaxed) % self.shards.len();
+            let spare = usize::from(i == home);
+            if self.evict_from(&mut self.shards[i].lock().unwrap(), spare) {
+                fruitless = 0;
+            } else {
+                fruitless += 1;
             }
         }
     }
 
     fn forget(&self, key: &BlockKey) {
-        let mut s = self.shards[self.shard_of(key)].lock().unwrap();
-        if let Some(v) = s.lru.pop(key) {
-            s.bytes -= v.len() as u64;
+        if let Some(v) = self.shards[self.shard_of(key)].lock().unwrap().pop(key) {
             self.used.fetch_sub(v.len() as u64, Relaxed);
         }
     }
@@ -165,14 +126,12 @@ impl BlockCache for RamTier {
         for s in &self.shards {
             let mut s = s.lock().unwrap();
             let picked: Vec<BlockKey> = s
-                .lru
                 .iter()
                 .filter(|(k, _)| gone(k))
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in picked {
-                if let Some(v) = s.lru.pop(&k) {
-                    s.bytes -= v.len() as u64;
+                if let Some(v) = s.pop(&k) {
                     self.used.fetch_sub(v.len() as u64, Relaxed);
                     removed += 1;
                 }
@@ -182,16 +141,11 @@ impl BlockCache for RamTier {
     }
 
     fn stats(&self) -> TierStats {
-        let (mut used, mut blocks) = (0, 0);
-        for s in &self.shards {
-            let s = s.lock().unwrap();
-            used += s.bytes;
-            blocks += s.lru.len() as u64;
-        }
+        let blocks = self.shards.iter().map(|s| s.lock().unwrap().len() as u64);
         TierStats {
-            used_bytes: used,
+            blocks: blocks.sum(),
+            used_bytes: self.used.load(Relaxed),
             capacity_bytes: self.capacity,
-            blocks,
             evictions: self.evictions.load(Relaxed),
         }
     }
@@ -227,11 +181,7 @@ mod tests {
             t.insert(key(i), Bytes::from(vec![0u8; mb as usize]));
         }
         // Sixteen blocks never fall one in each of sixteen shards by hash alone.
-        let per_shard: Vec<usize> = t
-            .shards
-            .iter()
-            .map(|s| s.lock().unwrap().lru.len())
-            .collect();
+        let per_shard: Vec<usize> = t.shards.iter().map(|s| s.lock().unwrap().len()).collect();
         assert!(per_shard.iter().any(|&n| n > 1), "{per_shard:?}");
         let s = t.stats();
         assert_eq!((s.blocks, s.evictions), (16, 0), "{s:?}");
@@ -295,8 +245,8 @@ mod tests {
         }
         let s = t.stats();
         assert!(s.used_bytes <= 10 * 1024, "{s:?}");
-        assert_eq!(t.used.load(Relaxed), s.used_bytes);
-        assert_eq!(s.used_bytes, s.blocks * 700);
+        // The count kept beside the shards is what they hold.
+        assert_eq!(s.used_bytes, s.blocks * 700, "{s:?}");
     }
 
     #[test]
