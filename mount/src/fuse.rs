@@ -9,7 +9,10 @@ use shoal::store::pipe::Pipe;
 
 use crate::fs::{Attr, Fs, FsError, Kind, PipeOut, ReadOut};
 use crate::kernel::abi::init;
-use crate::kernel::{Channel, DirBuf, FileAttr, Header, Negotiated, Op, Reply, Wants};
+use crate::kernel::{
+    Channel, DirBuf, FileAttr, Header, Negotiated, ReplyAttr, ReplyData, ReplyDir, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Spliced, Wants,
+};
 use crate::metrics::MountMetrics;
 use crate::passthrough::{BackingId, Open};
 use crate::pipes::Pipes;
@@ -115,123 +118,168 @@ fn errno(e: &FsError) -> i32 {
     e.errno()
 }
 
-impl crate::kernel::Handler for FuseFs {
-    fn request(&self, h: &Header, op: Op<'_>, reply: Reply) {
-        let ino = h.nodeid;
-        let (fs, ttl) = (self.fs.clone(), self.ttl);
-        match op {
-            Op::Lookup { name } => {
-                let Ok(name) = std::str::from_utf8(name).map(str::to_owned) else {
-                    return reply.error(libc::ENOENT);
-                };
-                self.spawn("lookup", async move {
-                    match fs.lookup(ino, &name).await {
-                        Ok(a) => reply.entry(&file_attr(&a), ttl),
-                        Err(e) => reply.error(errno(&e)),
-                    }
-                });
+impl crate::kernel::Filesystem for FuseFs {
+    fn lookup(&self, h: &Header, name: &[u8], reply: ReplyEntry) {
+        let Ok(name) = std::str::from_utf8(name).map(str::to_owned) else {
+            return reply.error(libc::ENOENT);
+        };
+        let (fs, ttl, ino) = (self.fs.clone(), self.ttl, h.nodeid);
+        self.spawn("lookup", async move {
+            match fs.lookup(ino, &name).await {
+                Ok(a) => reply.entry(&file_attr(&a), ttl),
+                Err(e) => reply.error(errno(&e)),
             }
-            Op::Getattr => self.spawn("getattr", async move {
-                match fs.getattr(ino).await {
-                    Ok(a) => reply.attr(&file_attr(&a), ttl),
-                    Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn getattr(&self, h: &Header, reply: ReplyAttr) {
+        let (fs, ttl, ino) = (self.fs.clone(), self.ttl, h.nodeid);
+        self.spawn("getattr", async move {
+            match fs.getattr(ino).await {
+                Ok(a) => reply.attr(&file_attr(&a), ttl),
+                Err(e) => reply.error(errno(&e)),
+            }
+        })
+    }
+
+    fn open(&self, h: &Header, flags: i32, reply: ReplyOpen) {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & (libc::O_TRUNC | libc::O_CREAT) != 0
+        {
+            return reply.error(libc::EROFS);
+        }
+        let (fs, ino) = (self.fs.clone(), h.nodeid);
+        let (metrics, chan) = (self.metrics.clone(), self.chan.clone());
+        self.spawn("open", async move {
+            open(&fs, ino, reply, &metrics, &chan).await
+        });
+    }
+
+    fn read(&self, _h: &Header, fh: u64, offset: u64, size: u32, direct: bool, reply: ReplyData) {
+        let (fs, pipes) = (self.fs.clone(), self.pipes.clone());
+        self.spawn("read", async move {
+            // A pipe only for what the page cache will keep.
+            let mut pipe = if direct { None } else { pipes.take() };
+            let head = |p: &mut Pipe, n: usize| p.prefix(&reply.header(n));
+            let out = pipe.as_mut().map(|pipe| PipeOut { pipe, head: &head });
+            match fs.read(fh, offset, size, !direct, out).await {
+                Ok(ReadOut::Parts(parts)) => reply.data(&parts),
+                Ok(ReadOut::Piped) => match pipe.as_mut() {
+                    Some(p) => piped(reply, p),
+                    None => reply.error(libc::EIO),
+                },
+                Err(e) => reply.error(errno(&e)),
+            }
+            if let Some(p) = pipe {
+                pipes.give(p);
+            }
+        })
+    }
+
+    fn release(&self, _h: &Header, fh: u64, reply: ReplyEmpty) {
+        self.fs.release(fh);
+        self.fs.passthrough.release(fh);
+        reply.ok();
+    }
+
+    fn opendir(&self, h: &Header, reply: ReplyOpen) {
+        let (fs, ino) = (self.fs.clone(), h.nodeid);
+        self.spawn("opendir", async move {
+            match fs.opendir(ino).await {
+                Ok(fh) => reply.opened(fh, 0, None),
+                Err(e) => reply.error(errno(&e)),
+            }
+        })
+    }
+
+    fn readdir(&self, _h: &Header, fh: u64, offset: u64, size: u32, plus: bool, reply: ReplyDir) {
+        let items = match self.fs.dir_items(fh, offset) {
+            Ok(items) => items,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let mut buf = DirBuf::new(size, plus);
+        for d in items {
+            // Attributes come from the listing: no HEAD per file.
+            let Ok(a) = self.fs.getattr_cached(d.ino) else {
+                continue;
+            };
+            let mut attr = file_attr(&a);
+            attr.ino = d.ino;
+            if !buf.push(d.next, &d.name, &attr, self.ttl) {
+                break;
+            }
+        }
+        buf.send(reply);
+    }
+
+    fn releasedir(&self, _h: &Header, fh: u64, reply: ReplyEmpty) {
+        self.fs.releasedir(fh);
+        reply.ok();
+    }
+
+    // An object store has no fixed size; report a large, empty-looking volume
+    // so tools that check free space do not refuse to read.
+    fn statfs(&self, _h: &Header, reply: ReplyStatfs) {
+        reply.statfs(1 << 40, 1 << 32, MAX_REQUEST, 255)
+    }
+
+    // Nothing is ever written, so there is nothing to flush.
+    fn flush(&self, _h: &Header, reply: ReplyEmpty) {
+        reply.ok()
+    }
+
+    fn getxattr(&self, _h: &Header, _size: u32, reply: ReplyXattr) {
+        reply.error(libc::ENODATA)
+    }
+
+    fn listxattr(&self, _h: &Header, size: u32, reply: ReplyXattr) {
+        match size {
+            0 => reply.size(0),
+            _ => reply.data(&[]),
+        }
+    }
+
+    fn access(&self, _h: &Header, mask: u32, reply: ReplyEmpty) {
+        if mask & libc::W_OK as u32 != 0 {
+            reply.error(libc::EROFS)
+        } else {
+            reply.ok()
+        }
+    }
+}
+
+/// Sends a read's answer from `pipe`, which holds its header and data; what the
+/// device does not take from the pipe goes out as a copy.
+fn piped(reply: ReplyData, pipe: &mut Pipe) {
+    let len = pipe.held();
+    // SAFETY: the pipe outlives the call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(pipe.read_fd()) };
+    match reply.splice(fd, len) {
+        Spliced::Sent => pipe.taken(len),
+        Spliced::Gone => drop(pipe.clear()),
+        Spliced::Refused(reply, e) => {
+            tracing::debug!("FUSE reply not spliced: {e}");
+            let mut data = vec![0u8; len];
+            match pipe.drain(&mut data) {
+                Ok(n) if n + crate::kernel::abi::OUT_HEADER == len => reply.bytes(&data[..n]),
+                // Gone with a failed splice: the read can only fail.
+                _ => {
+                    let _ = pipe.clear();
+                    reply.error(libc::EIO);
                 }
-            }),
-            Op::Open { flags } => {
-                if flags & libc::O_ACCMODE != libc::O_RDONLY
-                    || flags & (libc::O_TRUNC | libc::O_CREAT) != 0
-                {
-                    return reply.error(libc::EROFS);
-                }
-                let (metrics, chan) = (self.metrics.clone(), self.chan.clone());
-                self.spawn("open", async move {
-                    open(&fs, ino, reply, &metrics, &chan).await
-                });
             }
-            Op::Read {
-                fh,
-                offset,
-                size,
-                direct,
-            } => {
-                let pipes = self.pipes.clone();
-                self.spawn("read", async move {
-                    // A pipe only for what the page cache will keep.
-                    let mut pipe = if direct { None } else { pipes.take() };
-                    let head = |p: &mut Pipe, n: usize| reply.head_pipe(p, n);
-                    let out = pipe.as_mut().map(|pipe| PipeOut { pipe, head: &head });
-                    match fs.read(fh, offset, size, !direct, out).await {
-                        Ok(ReadOut::Parts(parts)) => reply.data(&parts),
-                        Ok(ReadOut::Piped) => match pipe.as_mut() {
-                            Some(p) => reply.piped(p),
-                            None => reply.error(libc::EIO),
-                        },
-                        Err(e) => reply.error(errno(&e)),
-                    }
-                    if let Some(p) = pipe {
-                        pipes.give(p);
-                    }
-                })
-            }
-            Op::Release { fh } => {
-                self.fs.release(fh);
-                self.fs.passthrough.release(fh);
-                reply.ok();
-            }
-            Op::Opendir => self.spawn("opendir", async move {
-                match fs.opendir(ino).await {
-                    Ok(fh) => reply.open(fh, 0, None),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
-            Op::Readdir {
-                fh,
-                offset,
-                size,
-                plus,
-            } => {
-                let items = match self.fs.dir_items(fh, offset) {
-                    Ok(items) => items,
-                    Err(e) => return reply.error(errno(&e)),
-                };
-                let mut buf = DirBuf::new(size, plus);
-                for d in items {
-                    // Attributes come from the listing: no HEAD per file.
-                    let Ok(a) = self.fs.getattr_cached(d.ino) else {
-                        continue;
-                    };
-                    let mut attr = file_attr(&a);
-                    attr.ino = d.ino;
-                    if !buf.push(d.next, &d.name, &attr, ttl) {
-                        break;
-                    }
-                }
-                buf.send(reply);
-            }
-            Op::Releasedir { fh } => {
-                self.fs.releasedir(fh);
-                reply.ok();
-            }
-            // An object store has no fixed size; report a large, empty-looking
-            // volume so tools that check free space do not refuse to read.
-            Op::Statfs => reply.statfs(1 << 40, 1 << 32, MAX_REQUEST, 255),
-            // Nothing is ever written, so there is nothing to flush.
-            Op::Flush => reply.ok(),
-            Op::Getxattr { .. } => reply.error(libc::ENODATA),
-            Op::Listxattr { size: 0 } => reply.xattr_size(0),
-            Op::Listxattr { .. } => reply.bytes(&[]),
-            Op::Access { mask } if mask & libc::W_OK as u32 != 0 => reply.error(libc::EROFS),
-            Op::Access { .. } => reply.ok(),
-            Op::Write => reply.error(libc::EROFS),
-            Op::Init { .. } | Op::Unsupported => reply.error(libc::ENOSYS),
-            Op::Forget { .. } | Op::BatchForget { .. } | Op::Interrupt | Op::Destroy => reply.ok(),
         }
     }
 }
 
 /// Opens inode `ino`: through a passthrough backing file when the disk tier holds
 /// it whole, else through the daemon, keeping or bypassing the page cache.
-async fn open(fs: &Arc<Fs>, ino: u64, reply: Reply, metrics: &MountMetrics, chan: &Arc<Channel>) {
+async fn open(
+    fs: &Arc<Fs>,
+    ino: u64,
+    reply: ReplyOpen,
+    metrics: &MountMetrics,
+    chan: &Arc<Channel>,
+) {
     let o = match fs.open(ino).await {
         Ok(o) => o,
         Err(e) => return reply.error(errno(&e)),
@@ -246,7 +294,7 @@ async fn open(fs: &Arc<Fs>, ino: u64, reply: Reply, metrics: &MountMetrics, chan
     match how {
         Open::Backed(id) => {
             metrics.passthrough_opens.inc();
-            reply.open(o.fh, 0, Some(id.id))
+            reply.opened(o.fh, 0, Some(id.id))
         }
         // The inode holds another version's backing file, and the path has a new
         // inode now: ESTALE makes the kernel look the path up again and open that.
@@ -264,7 +312,7 @@ async fn open(fs: &Arc<Fs>, ino: u64, reply: Reply, metrics: &MountMetrics, chan
             } else {
                 0
             };
-            reply.open(o.fh, f, None)
+            reply.opened(o.fh, f, None)
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Two processes serve a mount. The [`keeper`] mounts, holds the kernel
 //! connection and the [`journal`], and runs the [`server`], which answers the
-//! kernel: [`kernel`] speaks FUSE, [`fuse`] adapts each request to [`fs`], the
+//! kernel: [`kernel`] (the `fusewire` crate) speaks FUSE, [`fuse`] adapts each request to [`fs`], the
 //! filesystem (namespace, handles, read-ahead) as async functions over the
 //! cluster reader. The keeper replaces a server that dies and hands over to a new
 //! one on request ([`link`] is how they talk), so a mount outlives the process
@@ -12,7 +12,8 @@ pub mod fs;
 pub mod fuse;
 pub mod journal;
 pub mod keeper;
-pub mod kernel;
+/// FUSE's wire protocol, a crate of its own that knows nothing of shoal.
+pub use fusewire as kernel;
 pub mod link;
 pub mod metrics;
 pub mod passthrough;

@@ -464,6 +464,7 @@ fn keep(
     };
     let opts = shoal_mount::kernel::mount::MountOptions {
         fsname: format!("shoal:{}/{}", spec.bucket, spec.prefix),
+        subtype: "shoal".into(),
         allow_other: spec.allow_other,
     };
     let keeper =

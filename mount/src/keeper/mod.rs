@@ -349,7 +349,7 @@ impl Keeper {
             "no server can take {} over: its calls fail (EIO) until one can",
             self.mountpoint.display()
         );
-        kernel::Running::start(chan, std::sync::Arc::new(Refuse), 1, false).ok()
+        kernel::Running::refusing(chan, libc::EIO).ok()
     }
 
     /// Whether an unmount or a terminating signal waits among the events.
@@ -450,15 +450,6 @@ impl Keeper {
         self.wait_server_exit(UNMOUNT_WAIT);
         let _ = std::fs::remove_file(&self.control);
         Ok(())
-    }
-}
-
-/// The keeper's stand-in while no server can serve: every call fails at once.
-struct Refuse;
-
-impl kernel::Handler for Refuse {
-    fn request(&self, _h: &kernel::Header, _op: kernel::Op<'_>, reply: kernel::Reply) {
-        reply.error(libc::EIO);
     }
 }
 

@@ -16,8 +16,6 @@ pub mod op {
     pub const LOOKUP: u32 = 1;
     pub const FORGET: u32 = 2;
     pub const GETATTR: u32 = 3;
-    pub const SETATTR: u32 = 4;
-    pub const READLINK: u32 = 5;
     pub const OPEN: u32 = 14;
     pub const READ: u32 = 15;
     pub const STATFS: u32 = 17;
@@ -29,38 +27,21 @@ pub mod op {
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
-    pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
     pub const INTERRUPT: u32 = 36;
     pub const DESTROY: u32 = 38;
     pub const BATCH_FORGET: u32 = 42;
     pub const READDIRPLUS: u32 = 44;
-    pub const LSEEK: u32 = 46;
-    /// Everything that would change the filesystem: read-only, `EROFS`.
-    pub const WRITES: &[u32] = &[
-        4,  // SETATTR
-        6,  // SYMLINK
-        8,  // MKNOD
-        9,  // MKDIR
-        10, // UNLINK
-        11, // RMDIR
-        12, // RENAME
-        13, // LINK
-        16, // WRITE
-        21, // SETXATTR
-        24, // REMOVEXATTR
-        35, // CREATE
-        43, // FALLOCATE
-        45, // RENAME2
-        47, // COPY_FILE_RANGE
-        51, // TMPFILE
-    ];
+    /// Everything that would change the filesystem: read-only, `EROFS`
+    /// (SETATTR, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR, RENAME, LINK, WRITE,
+    /// SETXATTR, REMOVEXATTR, CREATE, FALLOCATE, RENAME2, COPY_FILE_RANGE,
+    /// TMPFILE).
+    pub const WRITES: &[u32] = &[4, 6, 8, 9, 10, 11, 12, 13, 16, 21, 24, 35, 43, 45, 47, 51];
 }
 
 /// INIT flags (`flags | flags2 << 32`).
 pub mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
-    pub const BIG_WRITES: u64 = 1 << 5;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;

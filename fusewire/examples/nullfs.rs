@@ -1,5 +1,5 @@
 //! A null FUSE filesystem: one file, `zero`, of SIZE bytes of zeros, answered from
-//! memory through the same kernel layer and settings as shoal-mount. Benchmarks
+//! memory through the same kernel layer (this crate) and INIT settings as shoal-mount. Benchmarks
 //! use it as the FUSE ceiling of this machine. `nullfs MOUNTPOINT SIZE_BYTES
 //! [RING_MIB]` (foreground; SIGTERM or SIGINT unmounts). With RING_MIB, reads are
 //! answered from a ring of that many MiB of bytes instead of one MiB of zeros that
@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use shoal_mount::kernel::{self, FileAttr, Header, Op, Reply};
+use fusewire::{
+    self as kernel, DirBuf, FileAttr, Filesystem, Header, ReplyAttr, ReplyData, ReplyDir,
+    ReplyEmpty, ReplyEntry, ReplyOpen, Wants,
+};
 
 struct Null {
     size: u64,
@@ -39,37 +42,62 @@ fn attr(ino: u64, size: u64) -> FileAttr {
 
 const TTL: Duration = Duration::from_secs(3600);
 
-impl kernel::Handler for Null {
-    fn request(&self, h: &Header, op: Op<'_>, reply: Reply) {
-        match op {
-            Op::Lookup { name } if h.nodeid == 1 && name == b"zero" => {
-                reply.entry(&attr(2, self.size), TTL)
-            }
-            Op::Lookup { .. } => reply.error(libc::ENOENT),
-            Op::Getattr => {
-                let size = if h.nodeid == 1 { 0 } else { self.size };
-                reply.attr(&attr(h.nodeid, size), TTL)
-            }
-            Op::Open { .. } => reply.open(1, kernel::abi::fopen::KEEP_CACHE, None),
-            Op::Opendir => reply.open(1, 0, None),
-            Op::Read { offset, size, .. } => {
-                let n = (size as u64).min(self.size.saturating_sub(offset)) as usize;
-                // Where in the ring this read falls (always 0 for one MiB).
-                let at = (offset % (self.zeros.len() as u64 - (1 << 20) + 1)) as usize;
-                reply.data(&[self.zeros.slice(at..at + n.min(1 << 20))])
-            }
-            Op::Readdir {
-                offset, size, plus, ..
-            } => {
-                let mut buf = kernel::DirBuf::new(size, plus);
-                if offset == 0 {
-                    buf.push(1, "zero", &attr(2, self.size), TTL);
-                }
-                buf.send(reply)
-            }
-            Op::Release { .. } | Op::Releasedir { .. } | Op::Flush => reply.ok(),
-            _ => reply.error(libc::ENOSYS),
+impl Filesystem for Null {
+    fn lookup(&self, h: &Header, name: &[u8], reply: ReplyEntry) {
+        if h.nodeid == 1 && name == b"zero" {
+            reply.entry(&attr(2, self.size), TTL)
+        } else {
+            reply.error(libc::ENOENT)
         }
+    }
+
+    fn getattr(&self, h: &Header, reply: ReplyAttr) {
+        let size = if h.nodeid == 1 { 0 } else { self.size };
+        reply.attr(&attr(h.nodeid, size), TTL)
+    }
+
+    fn open(&self, _h: &Header, _flags: i32, reply: ReplyOpen) {
+        reply.opened(1, fusewire::abi::fopen::KEEP_CACHE, None)
+    }
+
+    fn opendir(&self, _h: &Header, reply: ReplyOpen) {
+        reply.opened(1, 0, None)
+    }
+
+    fn read(&self, _h: &Header, _fh: u64, offset: u64, size: u32, _direct: bool, reply: ReplyData) {
+        let n = (size as u64).min(self.size.saturating_sub(offset)) as usize;
+        // Where in the ring this read falls (always 0 for one MiB).
+        let at = (offset % (self.zeros.len() as u64 - (1 << 20) + 1)) as usize;
+        reply.data(&[self.zeros.slice(at..at + n.min(1 << 20))])
+    }
+
+    fn readdir(&self, _h: &Header, _fh: u64, offset: u64, size: u32, plus: bool, reply: ReplyDir) {
+        let mut buf = DirBuf::new(size, plus);
+        if offset == 0 {
+            buf.push(1, "zero", &attr(2, self.size), TTL);
+        }
+        buf.send(reply)
+    }
+
+    fn flush(&self, _h: &Header, reply: ReplyEmpty) {
+        reply.ok()
+    }
+}
+
+/// What shoal-mount asks at INIT (`shoal_mount::fuse::wants`), so the two are
+/// measured alike: reads of 1 MiB, read-ahead as large as the kernel grants.
+fn wants() -> Wants {
+    use fusewire::abi::init;
+    Wants {
+        flags: init::ASYNC_READ
+            | init::DO_READDIRPLUS
+            | init::READDIRPLUS_AUTO
+            | init::PARALLEL_DIROPS
+            | init::MAX_PAGES,
+        max_readahead: 1 << 20,
+        max_background: 64,
+        congestion_threshold: 48,
+        max_pages: 256,
     }
 }
 
@@ -103,10 +131,11 @@ fn main() -> std::io::Result<()> {
     let mnt = Path::new(mnt);
     let opts = kernel::mount::MountOptions {
         fsname: "nullfs".into(),
+        subtype: "nullfs".into(),
         allow_other: false,
     };
     let chan = Arc::new(kernel::Channel::new(kernel::mount::mount(mnt, &opts)?)?);
-    kernel::handshake(&chan, &shoal_mount::fuse::wants(false))?;
+    kernel::handshake(&chan, &wants())?;
     let null = Arc::new(Null { size, zeros });
     let session = kernel::Running::start(chan, null, 4, false)?;
     // Same read-ahead as shoal-mount raises to.

@@ -16,6 +16,8 @@ use std::process::Command;
 pub struct MountOptions {
     /// The mount's source, as `df` and `mount` show it (`shoal:bucket/prefix`).
     pub fsname: String,
+    /// The filesystem's type after `fuse.`, as `mount -t fuse.SUBTYPE` names it.
+    pub subtype: String,
     pub allow_other: bool,
 }
 
@@ -47,7 +49,7 @@ fn mount_direct(target: &Path, o: &MountOptions) -> io::Result<OwnedFd> {
     let (src, tgt, fstype, data) = (
         c(o.fsname.as_bytes())?,
         c(target.as_os_str().as_bytes())?,
-        c(b"fuse.shoal")?,
+        c(format!("fuse.{}", o.subtype).as_bytes())?,
         c(data.as_bytes())?,
     );
     let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME;
@@ -73,7 +75,8 @@ fn mount_helper(target: &Path, o: &MountOptions) -> io::Result<OwnedFd> {
     // SAFETY: clearing FD_CLOEXEC on a descriptor we own.
     unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) };
     let mut opts = format!(
-        "ro,nosuid,nodev,noatime,default_permissions,subtype=shoal,fsname={}",
+        "ro,nosuid,nodev,noatime,default_permissions,subtype={},fsname={}",
+        o.subtype.replace(',', "_"),
         o.fsname.replace(',', "_")
     );
     if o.allow_other {

@@ -1,6 +1,7 @@
 //! A FUSE session: the INIT handshake (or, for a daemon taking over a live
 //! connection, what an earlier one agreed), then reader threads that take
-//! requests off the channel and hand each to the [`Handler`] with its [`Reply`].
+//! requests off the channel and hand each to the [`Filesystem`] with its typed
+//! reply ([`crate::reply`]).
 //!
 //! Readers stop when told ([`Stop`]) without dropping a request: each waits in
 //! `poll` on the device and the stop signal, and reads only what is there. What
@@ -16,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::abi::{self, init, Out};
 use super::channel::{Channel, Received, Stop};
-use super::reply::Reply;
+use super::reply::{
+    ReplyAttr, ReplyData, ReplyDir, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr,
+};
 use super::request::{parse, Header, Op};
 
 /// What the kernel and this filesystem agreed at INIT: a successor serving the
@@ -58,12 +61,138 @@ const MAX_WRITE: u32 = 64 << 10;
 /// headers, and at least 8 KiB.
 const BUFFER: usize = MAX_WRITE as usize + 4096;
 
-/// Handles each request the readers take.
-pub trait Handler: Send + Sync + 'static {
-    /// A request the kernel waits on: answered through `reply`, now or later.
-    fn request(&self, h: &Header, op: Op<'_>, reply: Reply);
-    /// One it does not (FORGET, INTERRUPT).
-    fn notice(&self, _h: &Header, _op: Op<'_>) {}
+/// A filesystem: what the readers hand each request to, with the one answer
+/// its operation can give. An answer may be sent now or later, from any thread.
+/// Operations not overridden answer `ENOSYS` (the kernel then stops asking for
+/// FLUSH, GETXATTR and the like); writes never reach it (`EROFS`).
+pub trait Filesystem: Send + Sync + 'static {
+    fn lookup(&self, _h: &Header, _name: &[u8], reply: ReplyEntry) {
+        reply.error(libc::ENOSYS)
+    }
+    /// The kernel forgets `nlookup` lookups of `h.nodeid` (no answer).
+    fn forget(&self, _h: &Header, _nlookup: u64) {}
+    /// Several FORGETs at once: `(inode, nlookup)` each (no answer).
+    fn batch_forget(&self, _h: &Header, _items: &[(u64, u64)]) {}
+    fn getattr(&self, _h: &Header, reply: ReplyAttr) {
+        reply.error(libc::ENOSYS)
+    }
+    /// `flags` are the `open(2)` flags.
+    fn open(&self, _h: &Header, _flags: i32, reply: ReplyOpen) {
+        reply.error(libc::ENOSYS)
+    }
+    /// `direct`: the reader opened the file `O_DIRECT`, so the page cache will
+    /// not keep what this read returns (a kernel too old to say counts as so).
+    fn read(
+        &self,
+        _h: &Header,
+        _fh: u64,
+        _offset: u64,
+        _size: u32,
+        _direct: bool,
+        reply: ReplyData,
+    ) {
+        reply.error(libc::ENOSYS)
+    }
+    fn release(&self, _h: &Header, _fh: u64, reply: ReplyEmpty) {
+        reply.ok()
+    }
+    fn opendir(&self, _h: &Header, reply: ReplyOpen) {
+        reply.error(libc::ENOSYS)
+    }
+    /// `plus`: READDIRPLUS, each entry with its attributes ([`crate::DirBuf`]).
+    fn readdir(
+        &self,
+        _h: &Header,
+        _fh: u64,
+        _offset: u64,
+        _size: u32,
+        _plus: bool,
+        reply: ReplyDir,
+    ) {
+        reply.error(libc::ENOSYS)
+    }
+    fn releasedir(&self, _h: &Header, _fh: u64, reply: ReplyEmpty) {
+        reply.ok()
+    }
+    fn statfs(&self, _h: &Header, reply: ReplyStatfs) {
+        reply.error(libc::ENOSYS)
+    }
+    fn flush(&self, _h: &Header, reply: ReplyEmpty) {
+        reply.error(libc::ENOSYS)
+    }
+    /// `size` 0 asks how large the value is.
+    fn getxattr(&self, _h: &Header, _size: u32, reply: ReplyXattr) {
+        reply.error(libc::ENOSYS)
+    }
+    /// `size` 0 asks how large the list is.
+    fn listxattr(&self, _h: &Header, _size: u32, reply: ReplyXattr) {
+        reply.error(libc::ENOSYS)
+    }
+    fn access(&self, _h: &Header, _mask: u32, reply: ReplyEmpty) {
+        reply.error(libc::ENOSYS)
+    }
+}
+
+/// What the readers do with each request: hand it to a filesystem, or refuse
+/// it (a connection held while no filesystem can serve it).
+trait Serve: Send + Sync + 'static {
+    fn serve(&self, h: &Header, op: Op<'_>, chan: &Arc<Channel>, pending: &Arc<AtomicUsize>);
+}
+
+struct Served<F>(Arc<F>);
+
+impl<F: Filesystem> Serve for Served<F> {
+    fn serve(&self, h: &Header, op: Op<'_>, chan: &Arc<Channel>, pending: &Arc<AtomicUsize>) {
+        let fs = &*self.0;
+        macro_rules! reply {
+            ($t:ident) => {
+                $t::new(h.unique, chan.clone(), pending.clone())
+            };
+        }
+        match op {
+            Op::Lookup { name } => fs.lookup(h, name, reply!(ReplyEntry)),
+            Op::Forget { nlookup } => fs.forget(h, nlookup),
+            Op::BatchForget { items } => fs.batch_forget(h, &items),
+            Op::Getattr => fs.getattr(h, reply!(ReplyAttr)),
+            Op::Open { flags } => fs.open(h, flags, reply!(ReplyOpen)),
+            Op::Read {
+                fh,
+                offset,
+                size,
+                direct,
+            } => fs.read(h, fh, offset, size, direct, reply!(ReplyData)),
+            Op::Release { fh } => fs.release(h, fh, reply!(ReplyEmpty)),
+            Op::Opendir => fs.opendir(h, reply!(ReplyOpen)),
+            Op::Readdir {
+                fh,
+                offset,
+                size,
+                plus,
+            } => fs.readdir(h, fh, offset, size, plus, reply!(ReplyDir)),
+            Op::Releasedir { fh } => fs.releasedir(h, fh, reply!(ReplyEmpty)),
+            Op::Statfs => fs.statfs(h, reply!(ReplyStatfs)),
+            Op::Flush => fs.flush(h, reply!(ReplyEmpty)),
+            Op::Getxattr { size } => fs.getxattr(h, size, reply!(ReplyXattr)),
+            Op::Listxattr { size } => fs.listxattr(h, size, reply!(ReplyXattr)),
+            Op::Access { mask } => fs.access(h, mask, reply!(ReplyEmpty)),
+            Op::Interrupt => {}
+            Op::Write => reply!(ReplyEmpty).error(libc::EROFS),
+            // A second INIT, or an operation a read-only filesystem does not do.
+            Op::Init { .. } | Op::Unsupported => reply!(ReplyEmpty).error(libc::ENOSYS),
+            // The read loop ends the session on it.
+            Op::Destroy => reply!(ReplyEmpty).ok(),
+        }
+    }
+}
+
+struct Refusing(i32);
+
+impl Serve for Refusing {
+    fn serve(&self, h: &Header, op: Op<'_>, chan: &Arc<Channel>, pending: &Arc<AtomicUsize>) {
+        if op.wants_reply() {
+            ReplyEmpty::new(h.unique, chan.clone(), pending.clone()).error(self.0);
+        }
+    }
 }
 
 /// Reads the kernel's INIT from a new connection and answers it with what both
@@ -111,7 +240,7 @@ pub fn handshake(chan: &Channel, wants: &Wants) -> io::Result<Negotiated> {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
-                    "the kernel speaks FUSE {major}.{minor}; shoal needs {}.{} or later",
+                    "the kernel speaks FUSE {major}.{minor}; this filesystem needs {}.{} or later",
                     abi::MAJOR,
                     abi::MIN_MINOR
                 ),
@@ -169,10 +298,25 @@ pub struct Running {
 
 impl Running {
     /// Readers on `chan` (each on its own cloned descriptor if `clone`), handing
-    /// requests to `handler`.
-    pub fn start<H: Handler>(
+    /// requests to `fs`.
+    pub fn start<F: Filesystem>(
         chan: Arc<Channel>,
-        handler: Arc<H>,
+        fs: Arc<F>,
+        readers: usize,
+        clone: bool,
+    ) -> io::Result<Running> {
+        Running::serve(chan, Arc::new(Served(fs)), readers, clone)
+    }
+
+    /// One reader on `chan` failing every request with `errno` at once: a
+    /// connection held while nothing can serve it, so no caller waits.
+    pub fn refusing(chan: Arc<Channel>, errno: i32) -> io::Result<Running> {
+        Running::serve(chan, Arc::new(Refusing(errno)), 1, false)
+    }
+
+    fn serve(
+        chan: Arc<Channel>,
+        handler: Arc<dyn Serve>,
         readers: usize,
         clone: bool,
     ) -> io::Result<Running> {
@@ -230,9 +374,9 @@ impl Running {
     }
 }
 
-fn read_loop<H: Handler>(
+fn read_loop(
     chan: &Arc<Channel>,
-    handler: &H,
+    handler: &dyn Serve,
     stop: &Stop,
     pending: &Arc<AtomicUsize>,
     gone: &AtomicBool,
@@ -250,18 +394,15 @@ fn read_loop<H: Handler>(
         };
         match parse(&buf[..n]) {
             Ok((h, Op::Destroy)) => {
-                Reply::new(h.unique, chan.clone(), pending.clone()).ok();
+                ReplyEmpty::new(h.unique, chan.clone(), pending.clone()).ok();
                 break;
             }
-            Ok((h, op)) if !op.wants_reply() => handler.notice(&h, op),
-            Ok((h, op)) => {
-                handler.request(&h, op, Reply::new(h.unique, chan.clone(), pending.clone()))
-            }
+            Ok((h, op)) => handler.serve(&h, op, chan, pending),
             Err(m) => {
                 tracing::warn!("malformed FUSE request ({}); answering EIO", m.0);
                 if n >= abi::IN_HEADER {
                     let unique = u64::from_ne_bytes(buf[8..16].try_into().unwrap());
-                    Reply::new(unique, chan.clone(), pending.clone()).error(libc::EIO);
+                    ReplyEmpty::new(unique, chan.clone(), pending.clone()).error(libc::EIO);
                 }
             }
         }
