@@ -3,7 +3,10 @@
 //! The set is swapped atomically (readers hold an `Arc` of the set they ranked
 //! with). A DNS answer with no addresses is ignored and the current set kept: a
 //! resolver hiccup must not empty the cluster. With a client `zone`, only nodes of
-//! that zone are kept from a static list; a DNS name is taken to be per zone already.
+//! that zone are kept from a static list when the list has any (a node that names
+//! no zone is in none); a zone the list has no node of would leave nothing to
+//! rank, and every read would go to the origin unseen, so then every node is kept.
+//! A DNS name is taken to be per zone already.
 
 use std::io;
 use std::net::SocketAddr;
@@ -48,6 +51,8 @@ pub struct Membership {
     current: RwLock<Arc<NodeSet>>,
     dns: Option<Dns>,
     zone: Option<String>,
+    /// Whether the set holds only nodes of the client's zone.
+    in_zone: bool,
 }
 
 /// What a refresh did.
@@ -68,11 +73,15 @@ impl Membership {
 
     pub fn with_resolver(cfg: &ClusterConfig, resolver: Arc<dyn Resolver>) -> Arc<Membership> {
         match &cfg.membership {
-            MembershipConfig::Static(nodes) => Arc::new(Membership {
-                current: RwLock::new(Arc::new(Self::static_set(nodes, cfg.zone.as_deref()))),
-                dns: None,
-                zone: cfg.zone.clone(),
-            }),
+            MembershipConfig::Static(nodes) => {
+                let (set, in_zone) = Self::static_set(nodes, cfg.zone.as_deref());
+                Arc::new(Membership {
+                    current: RwLock::new(Arc::new(set)),
+                    dns: None,
+                    zone: cfg.zone.clone(),
+                    in_zone,
+                })
+            }
             MembershipConfig::Dns {
                 host,
                 port,
@@ -86,6 +95,7 @@ impl Membership {
                     resolver,
                 }),
                 zone: cfg.zone.clone(),
+                in_zone: cfg.zone.is_some(),
             }),
         }
     }
@@ -96,6 +106,7 @@ impl Membership {
             current: RwLock::new(Arc::new(NodeSet::new(ids.iter().map(|i| (i.clone(), 1.0))))),
             dns: None,
             zone: None,
+            in_zone: false,
         })
     }
 
@@ -104,13 +115,43 @@ impl Membership {
         self.zone.as_deref()
     }
 
-    fn static_set(nodes: &[NodeSpec], zone: Option<&str>) -> NodeSet {
-        NodeSet::new(
-            nodes
-                .iter()
-                .filter(|n| zone.is_none() || n.zone.as_deref() == zone)
-                .map(|n| (n.id.clone(), n.weight)),
-        )
+    /// How many nodes of the set ranked are of the client's zone: all of them
+    /// when it routes within its zone, 0 when it names none or its zone has no
+    /// node and every node is ranked.
+    pub fn zone_nodes(&self) -> usize {
+        if self.in_zone {
+            self.current().len()
+        } else {
+            0
+        }
+    }
+
+    /// The nodes of `zone` if it has any, else every node; and which it is.
+    fn static_set(nodes: &[NodeSpec], zone: Option<&str>) -> (NodeSet, bool) {
+        let all = || NodeSet::new(nodes.iter().map(|n| (n.id.clone(), n.weight)));
+        let Some(zone) = zone else {
+            return (all(), false);
+        };
+        let mine: Vec<_> = nodes
+            .iter()
+            .filter(|n| n.zone.as_deref() == Some(zone))
+            .map(|n| (n.id.clone(), n.weight))
+            .collect();
+        if mine.is_empty() && !nodes.is_empty() {
+            tracing::warn!(
+                zone,
+                nodes = nodes.len(),
+                "no node of the cluster is in this client's zone: ranking every node"
+            );
+            return (all(), false);
+        }
+        tracing::info!(
+            zone,
+            nodes = mine.len(),
+            of = nodes.len(),
+            "ranking the nodes of this client's zone"
+        );
+        (NodeSet::new(mine), true)
     }
 
     /// The set to rank with now.

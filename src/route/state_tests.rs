@@ -268,3 +268,36 @@ async fn dns_adding_a_node_moves_about_one_in_n_blocks() {
         "moved {share:.4} of blocks, want about 1/10"
     );
 }
+
+#[test]
+fn a_zone_ranks_its_own_nodes_and_a_zone_without_nodes_ranks_every_node() {
+    let parse = |text: &str| {
+        Config::parse(text, "t.toml", &ProcessEnv)
+            .unwrap()
+            .cluster()
+            .unwrap()
+            .clone()
+    };
+    let ids = |m: &Membership| -> Vec<String> {
+        m.current().nodes().iter().map(|n| n.id.clone()).collect()
+    };
+    let nodes = "nodes = [{ id = \"10.0.0.1:9000\", zone = \"a\" }, { id = \"10.0.0.2:9000\", zone = \"b\" }, \"10.0.0.3:9000\"]\n";
+    // Its zone has a node: that node only, and the gauge says so.
+    let m = Membership::from_config(&parse(&format!("[cluster]\nzone = \"a\"\n{nodes}")));
+    assert_eq!(ids(&m), ["10.0.0.1:9000"]);
+    assert_eq!(m.zone_nodes(), 1);
+    // No node is in zone c: every node, never an empty set.
+    let m = Membership::from_config(&parse(&format!("[cluster]\nzone = \"c\"\n{nodes}")));
+    assert_eq!(m.current().len(), 3);
+    assert_eq!(m.zone_nodes(), 0);
+    // Nodes that name no zone, and a client that names one (as the CSI driver's
+    // --zone does): every node.
+    let m = Membership::from_config(&parse(
+        "[cluster]\nzone = \"zone-a\"\nnodes = [\"10.0.0.1:9000\", \"10.0.0.2:9000\"]\n",
+    ));
+    assert_eq!(m.current().len(), 2);
+    // No zone: every node, none of them "in zone".
+    let m = Membership::from_config(&parse(&format!("[cluster]\n{nodes}")));
+    assert_eq!(m.current().len(), 3);
+    assert_eq!(m.zone_nodes(), 0);
+}
