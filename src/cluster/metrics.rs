@@ -108,6 +108,9 @@ pub struct ClusterMetrics {
     /// Nodes known and nodes currently up.
     pub nodes: Gauge,
     pub nodes_up: Gauge,
+    /// Nodes ranked that are of the client's zone (0: it names none, or its zone
+    /// has no node and every node is ranked).
+    pub zone_nodes: Gauge,
     /// Listing pages and HEADs answered, by operation and by who answered (`node`,
     /// `origin`).
     pub metadata: Family<MetadataLabel, Counter>,
@@ -142,6 +145,7 @@ impl Default for ClusterMetrics {
             queue_wait: Histogram::new(exponential_buckets(0.0001, 4.0, 9)),
             nodes: Default::default(),
             nodes_up: Default::default(),
+            zone_nodes: Default::default(),
             metadata: Default::default(),
             metadata_fallbacks: Default::default(),
             buffers_allocated: Default::default(),
@@ -190,6 +194,7 @@ impl ClusterMetrics {
             "queue_wait_seconds" => self.queue_wait, "Time block fetches waited for a request slot";
             "nodes" => self.nodes, "Nodes in the current membership";
             "nodes_up" => self.nodes_up, "Nodes not marked down";
+            "zone_nodes" => self.zone_nodes, "Nodes ranked that are of the client's zone (0: it names none, or its zone has no node and every node is ranked)";
             "metadata_requests" => self.metadata, "Listing pages and HEADs answered, by operation and source";
             "metadata_fallbacks" => self.metadata_fallbacks, "Listing pages and HEADs read from the origin directly, by cause";
             "block_buffers_allocated" => self.buffers_allocated, "Block buffers allocated because none was free to use again";

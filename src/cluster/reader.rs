@@ -197,6 +197,9 @@ impl ClusterReader {
         self.metrics
             .nodes_up
             .set(nodes.iter().filter(|n| !self.router().is_down(n)).count() as i64);
+        self.metrics
+            .zone_nodes
+            .set(self.router().membership().zone_nodes() as i64);
     }
 
     pub(super) fn key(&self, bucket: &str, key: &str, etag: &str, index: u64) -> BlockKey {
