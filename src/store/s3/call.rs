@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
 
-use super::errors::{may_be_ours, transport_error};
+use super::errors::{may_be_ours, transport_error, ErrorContext};
 use super::sign::{Payload, Signer};
 use super::{encode, S3Client};
 use super::{Addressing, RetryPolicy};
@@ -64,16 +64,16 @@ impl<'a> Call<'a> {
         self.retry = false;
         self
     }
-}
 
-/// `name=value` pairs as a query string, sorted (the canonical order, so the signed
-/// and the sent query agree) and encoded.
-pub(super) fn query_string(mut q: Vec<(&str, String)>) -> String {
-    q.sort();
-    q.iter()
-        .map(|(k, v)| format!("{k}={}", encode::query_value(v)))
-        .collect::<Vec<_>>()
-        .join("&")
+    /// What the request is about, for its error answers.
+    fn context(&self) -> ErrorContext<'_> {
+        ErrorContext {
+            bucket: self.bucket,
+            key: self.key,
+            range: self.range.as_deref(),
+            head: self.method == Method::HEAD,
+        }
+    }
 }
 
 impl S3Client {
@@ -381,7 +381,7 @@ impl S3Client {
                 .await
                 .unwrap_or_default()
         };
-        let e = self.error_answer(call, status, &resp_headers, &body);
+        let e = self.error_answer(&call.context(), status, &resp_headers, &body);
         if call.raw
             && !matches!(
                 e,
@@ -394,7 +394,7 @@ impl S3Client {
             *back.headers_mut() = resp_headers;
             return Ok(reqwest::Response::from(back));
         }
-        Err(self.with_hint(e, call))
+        Err(self.with_hint(e, &call.context()))
     }
 
     /// [`Self::attempt`] for a GET on the socket transport.
@@ -434,8 +434,8 @@ impl S3Client {
         } else {
             answer.body.small().await
         };
-        let e = self.error_answer(call, status, &answer.headers, &body);
-        Err(self.with_hint(e, call))
+        let e = self.error_answer(&call.context(), status, &answer.headers, &body);
+        Err(self.with_hint(e, &call.context()))
     }
 }
 

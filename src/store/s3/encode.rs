@@ -15,6 +15,16 @@ const QUERY: &AsciiSet = &NON_ALPHANUMERIC
 /// As [`QUERY`], but `/` stays a separator.
 const PATH: &AsciiSet = &QUERY.remove(b'/');
 
+/// `name=value` pairs as a query string, sorted (the canonical order, so the signed
+/// and the sent query agree) and encoded.
+pub(super) fn query_string(mut q: Vec<(&str, String)>) -> String {
+    q.sort();
+    q.iter()
+        .map(|(k, v)| format!("{k}={}", query_value(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 pub fn path(s: &str) -> String {
     utf8_percent_encode(s, PATH).to_string()
 }

@@ -3,18 +3,20 @@
 
 use std::time::Duration;
 
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, StatusCode};
 
-use super::call::Call;
 use super::{xml, S3Client};
 use crate::aws::endpoint::bucket_region;
 use crate::store::{Deadline, StoreError};
 
-/// What a request was about, for error messages.
+/// What a request was about, for error messages: its bucket (`""` for the
+/// service), key, `Range`, and whether it was a HEAD (whose error answers come
+/// with no body to name their code).
 pub(crate) struct ErrorContext<'a> {
     pub bucket: &'a str,
     pub key: &'a str,
     pub range: Option<&'a str>,
+    pub head: bool,
 }
 
 /// Maps an error response. `code`/`message` come from the XML body when there is one
@@ -151,10 +153,11 @@ impl S3Client {
         }
     }
 
-    /// What an error answer (`status`, its head and small body) means.
+    /// What an error answer (`status`, its head and small body) to the
+    /// request `call` describes means.
     pub(super) fn error_answer(
         &self,
-        call: &Call<'_>,
+        call: &ErrorContext<'_>,
         status: StatusCode,
         headers: &HeaderMap,
         body: &[u8],
@@ -164,7 +167,7 @@ impl S3Client {
             return e;
         }
         let refreshable = self.inner.creds.as_ref().is_some_and(|c| c.refreshes());
-        if call.method == Method::HEAD && status == StatusCode::BAD_REQUEST && refreshable {
+        if call.head && status == StatusCode::BAD_REQUEST && refreshable {
             // A HEAD has no error body to name ExpiredToken by, and S3 answers an
             // expired token with a bare 400: worth one refresh.
             return StoreError::ExpiredToken {
@@ -172,16 +175,20 @@ impl S3Client {
                 message: "a HEAD answered 400 with no body, as for an expired token".into(),
             };
         }
-        let ctx = ErrorContext {
-            bucket: call.bucket,
-            key: call.key,
-            range: call.range.as_deref(),
-        };
-        from_response(status.as_u16(), parsed.code, parsed.message, &ctx)
+        let code = parsed.code.clone();
+        let e = from_response(status.as_u16(), parsed.code, parsed.message, call);
+        if status_agrees(&e, status.as_u16()) {
+            return e;
+        }
+        // A body naming an answer about the object under another status (a
+        // 500 saying NoSuchKey): the status is the answer, and the code only
+        // part of its message.
+        let message = format!("{}: {e}", code.unwrap_or_default());
+        from_response(status.as_u16(), None, Some(message), call)
     }
 
     /// A refusal that may be the bucket's requester-pays setting says so.
-    pub(super) fn with_hint(&self, mut e: StoreError, call: &Call<'_>) -> StoreError {
+    pub(super) fn with_hint(&self, mut e: StoreError, call: &ErrorContext<'_>) -> StoreError {
         let inner = &*self.inner;
         if let StoreError::AccessDenied { message } = &mut e {
             if !inner.opts.request.requester_pays
@@ -199,7 +206,7 @@ impl S3Client {
     /// A 301, or a 400 naming another region, for a bucket signed for this one.
     fn wrong_region(
         &self,
-        call: &Call<'_>,
+        call: &ErrorContext<'_>,
         status: StatusCode,
         headers: &HeaderMap,
         code: Option<&str>,
@@ -228,6 +235,19 @@ impl S3Client {
     }
 }
 
+/// Whether an answer about the object (which is never failed over: the next
+/// node or the origin would say the same) came with the status that says it.
+/// Anything else, a server error above all, is the answering server's failure.
+fn status_agrees(e: &StoreError, status: u16) -> bool {
+    match e {
+        StoreError::NoSuchKey { .. } | StoreError::NoSuchBucket { .. } => status == 404,
+        StoreError::PreconditionFailed { .. } => status == 412,
+        StoreError::NotModified { .. } => status == 304,
+        StoreError::InvalidRange { .. } => status == 416,
+        _ => true,
+    }
+}
+
 /// An error status a passed-through request may owe to this client's own
 /// credentials or region, which it must handle rather than pass on.
 pub(super) fn may_be_ours(status: StatusCode) -> bool {
@@ -243,6 +263,7 @@ mod tests {
             bucket: "b",
             key: "k",
             range: Some("bytes=10-20"),
+            head: false,
         }
     }
 

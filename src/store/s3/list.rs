@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime};
 
 use http::Method;
 
-use super::call::{query_string, Call};
+use super::call::Call;
+use super::encode::query_string;
 use super::{xml, S3Client};
 use crate::store::{unquote_etag, ListEntry, ListPage, ListRequest, StoreError};
 

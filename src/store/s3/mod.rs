@@ -42,7 +42,11 @@ pub use socket::SocketBody;
 /// The parsers of what an S3 server sends back, public so that the fuzz targets
 /// reach exactly the code the client runs.
 pub mod parse {
+    pub use super::chunked::{dechunk, Chunks};
     pub use super::object::parse_content_range as content_range;
+    pub use super::socket::head::{
+        parse as answer_head, Framing, Head, HeadError, HeadReader, BUF as HEAD_BUF, MAX_HEAD,
+    };
     pub use super::xml::{
         parse_error as error_body, parse_list as list_objects, CommonPrefix, Contents, ErrorBody,
         ListBucketResult,
@@ -217,7 +221,7 @@ impl S3Client {
         if !key.is_empty() {
             self.check_key(key)?;
         }
-        let q = call::query_string(query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
+        let q = encode::query_string(query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
         let writes = method != Method::GET && method != Method::HEAD;
         let mut c = call::Call::new(method, bucket, key).query(q).body(body);
         if writes {

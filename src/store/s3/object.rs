@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, Method};
 
-use super::call::{body_stream, query_string, Call};
+use super::call::{body_stream, Call};
+use super::encode::query_string;
 use super::{S3Client, Signer};
 use crate::store::{unquote_etag, GetObject, GetResponse, ObjectMeta, StoreError};
 
@@ -161,8 +162,16 @@ pub fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (range, total) = rest.split_once('/')?;
     let (a, b) = range.split_once('-')?;
-    let (a, b, total): (u64, u64, u64) = (a.parse().ok()?, b.parse().ok()?, total.parse().ok()?);
+    let (a, b, total) = (digits(a)?, digits(b)?, digits(total)?);
     (a <= b && b < total).then_some((a, b + 1, total))
+}
+
+/// A number written as 1*DIGIT (Rust's own parse also takes a leading `+`).
+fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 #[cfg(test)]
@@ -176,5 +185,7 @@ mod tests {
         assert_eq!(parse_content_range("bytes 5-4/100"), None);
         assert_eq!(parse_content_range("bytes 0-100/100"), None);
         assert_eq!(parse_content_range("bytes */100"), None);
+        assert_eq!(parse_content_range("bytes +0-9/100"), None);
+        assert_eq!(parse_content_range("bytes 0-+9/100"), None);
     }
 }

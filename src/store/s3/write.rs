@@ -127,6 +127,7 @@ impl S3Client {
                     bucket,
                     key,
                     range: None,
+                    head: false,
                 };
                 return Err(from_response(500, Some(code), e.message, &ctx));
             }

@@ -7,9 +7,11 @@
 //! bytes (a mount's blocks from the nodes, a node's blocks from a plain-HTTP
 //! origin) take this path instead, and nothing else does: one request at a time
 //! on a kept-alive connection, the request written whole, the answer's head
-//! parsed by `httparse`, a body framed by its `Content-Length` (a successful
-//! answer framed any other way is refused as a protocol error, never guessed at;
-//! an error answer's small XML may come chunked). TLS and proxies stay with the
+//! parsed by RFC 9112's rules ([`head`]), a body framed by its `Content-Length`
+//! (a successful answer framed any other way is refused as a protocol error, never
+//! guessed at; an error answer's small XML may come chunked). A connection goes
+//! back to the pool only when its answer ended exactly where its framing said:
+//! nothing of a body left unread, nothing past it. TLS and proxies stay with the
 //! pooled client.
 
 use std::sync::{Arc, Mutex};
@@ -26,16 +28,14 @@ use tokio::io::Interest;
 use super::chunked::{dechunk, Chunks};
 use crate::store::{Deadline, StoreError};
 
-mod head;
+pub(super) mod head;
 mod splice;
 
-use head::Framing;
+use head::{Framing, HeadReader, BUF};
 
 /// A connection unused this long is not used again: the other side may be about
 /// to close it (a node closes idle connections after 120 s, S3 after about 20).
 const IDLE_FOR: Duration = Duration::from_secs(15);
-/// The most an answer's head may take.
-const MAX_HEAD: usize = 64 << 10;
 /// The most of an error answer's body that is read (S3's error XML is small).
 const MAX_ERROR_BODY: u64 = 64 << 10;
 
@@ -55,10 +55,6 @@ struct Idle {
     buf: Vec<u8>,
     since: Instant,
 }
-
-/// A connection's buffer starts this large (a request, or an answer's head and
-/// the first bytes of its body).
-const BUF: usize = 4096;
 
 /// An answer: its status and head, and its body to be read.
 pub(super) struct Answer {
@@ -103,16 +99,29 @@ impl Sockets {
         }
     }
 
-    /// A kept connection to `authority` and its buffer, if one is fresh enough.
+    /// A kept connection to `authority` and its buffer, if one is fresh enough
+    /// and nothing came on it while it was idle (bytes no request asked for,
+    /// or its end).
     fn kept(&self, authority: &str) -> Option<(TcpStream, Vec<u8>)> {
         let mut idle = self.idle.lock().unwrap();
         idle.retain(|c| c.since.elapsed() < IDLE_FOR);
-        let i = idle.iter().rposition(|c| c.authority == authority)?;
-        let c = idle.swap_remove(i);
-        Some((c.conn, c.buf))
+        loop {
+            let i = idle.iter().rposition(|c| c.authority == authority)?;
+            let c = idle.swap_remove(i);
+            if quiet(&c.conn) {
+                return Some((c.conn, c.buf));
+            }
+        }
     }
 
+    /// Keeps `conn` for the next request, unless something is waiting on it:
+    /// bytes past the answer's body are no answer to anything, and a connection
+    /// carrying them is closed rather than let them be read as the next head.
     fn keep(&self, authority: String, conn: TcpStream, buf: Vec<u8>) {
+        if !quiet(&conn) {
+            tracing::debug!(endpoint = %self.label, "bytes past an answer's end: connection closed");
+            return;
+        }
         let mut idle = self.idle.lock().unwrap();
         if idle.len() < self.max_idle {
             idle.push(Idle {
@@ -194,20 +203,17 @@ impl Sockets {
         self: &Arc<Self>,
         mut conn: TcpStream,
         authority: &str,
-        mut buf: Vec<u8>,
+        buf: Vec<u8>,
     ) -> Result<Answer, Exchange> {
         if let Err(e) = conn.write_all(&buf).await {
             return Err(Exchange::Unanswered(
                 self.transport(format!("cannot send the request: {e}")),
             ));
         }
-        // The whole capacity, for the head: its bytes are read over, never read
-        // before they are written.
-        buf.resize(buf.capacity().max(BUF), 0);
-        let mut len = 0;
+        let mut reader = HeadReader::new(buf);
         loop {
-            let n = match conn.read(&mut buf[len..]).await {
-                Ok(0) if len == 0 => {
+            let n = match conn.read(reader.room()).await {
+                Ok(0) if reader.received() == 0 => {
                     return Err(Exchange::Unanswered(
                         self.transport("the connection closed before an answer".into()),
                     ))
@@ -218,61 +224,39 @@ impl Sockets {
                     ))
                 }
                 Ok(n) => n,
-                Err(e) if len == 0 => {
+                Err(e) if reader.received() == 0 => {
                     return Err(Exchange::Unanswered(
                         self.transport(format!("no answer: {e}")),
                     ))
                 }
                 Err(e) => return Err(Exchange::Failed(self.transport(format!("{e}")))),
             };
-            len += n;
-            let mut slots = [httparse::EMPTY_HEADER; 64];
-            let mut head = httparse::Response::new(&mut slots);
-            match head.parse(&buf[..len]) {
-                Ok(httparse::Status::Complete(at)) => {
-                    let (status, headers, framing, reusable) =
-                        head::parse(&head).map_err(|m| Exchange::Failed(self.transport(m)))?;
-                    let early = at..len;
-                    let (length, chunked) = match framing {
-                        Framing::Length(n) => (n, false),
-                        Framing::Chunked => (0, true),
-                    };
-                    if !chunked && early.len() as u64 > length {
-                        return Err(Exchange::Failed(self.transport(format!(
-                            "{} bytes after a head announcing {length}",
-                            early.len()
-                        ))));
-                    }
-                    return Ok(Answer {
-                        status,
-                        headers,
-                        body: SocketBody {
-                            conn: Some(conn),
-                            authority: authority.to_owned(),
-                            remaining: length.saturating_sub(early.len() as u64),
-                            buf,
-                            early,
-                            chunked,
-                            reusable: reusable && !chunked,
-                            sockets: self.clone(),
-                        },
-                    });
-                }
-                Ok(httparse::Status::Partial) if len == buf.len() => {
-                    if buf.len() >= MAX_HEAD {
-                        return Err(Exchange::Failed(
-                            self.transport(format!("an answer's head over {MAX_HEAD} bytes")),
-                        ));
-                    }
-                    buf.resize(buf.len() * 2, 0);
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => {
-                    return Err(Exchange::Failed(
-                        self.transport(format!("a malformed answer: {e}")),
-                    ))
-                }
-            }
+            let head = match reader.filled(n) {
+                Ok(None) => continue,
+                Ok(Some(head)) => head,
+                Err(e) => return Err(Exchange::Failed(self.transport(e.to_string()))),
+            };
+            let (buf, len) = reader.into_parts();
+            let early = head.body_at..len;
+            let (length, chunked) = match head.framing {
+                Framing::Length(n) => (n, false),
+                Framing::Chunked => (0, true),
+            };
+            return Ok(Answer {
+                status: head.status,
+                headers: head.headers,
+                body: SocketBody {
+                    conn: Some(conn),
+                    authority: authority.to_owned(),
+                    // The reader refused a head whose early bytes pass its length.
+                    remaining: length.saturating_sub(early.len() as u64),
+                    buf,
+                    early,
+                    chunked,
+                    reusable: head.reusable && !chunked,
+                    sockets: self.clone(),
+                },
+            });
         }
     }
 }
@@ -311,7 +295,10 @@ impl SocketBody {
             }
             return Ok(n);
         }
-        if self.remaining == 0 || dst.is_empty() {
+        if dst.is_empty() {
+            return Ok(0);
+        }
+        if self.remaining == 0 {
             self.release();
             return Ok(0);
         }
@@ -367,7 +354,7 @@ impl SocketBody {
             return Vec::new();
         };
         loop {
-            match dechunk(&raw) {
+            match dechunk(&raw, MAX_ERROR_BODY as usize) {
                 Chunks::Whole(body) => return body,
                 Chunks::Bad => return Vec::new(),
                 Chunks::Partial if raw.len() as u64 > MAX_ERROR_BODY => return Vec::new(),
@@ -393,6 +380,21 @@ impl SocketBody {
             }
         }
     }
+}
+
+/// Whether nothing is waiting on `conn`: no bytes, and not its end.
+fn quiet(conn: &TcpStream) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: peeking at most one byte into a byte we own; nothing is consumed.
+    let n = unsafe {
+        libc::recv(
+            conn.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
 }
 
 /// Some bytes (at least one) of a body off `conn` into `dst`, within the stall
