@@ -19,7 +19,12 @@ done
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 put() { install -D -m "$1" "$2" "$stage/$3"; }
-for b in "${bins[@]}"; do put 755 "target/release/$b" "usr/bin/$b"; done
+# Stripped as Debian ships binaries: the release build keeps line tables for
+# backtraces and profiles (about 90 MB a binary), which a package has no use for.
+for b in "${bins[@]}"; do
+  put 755 "target/release/$b" "usr/bin/$b"
+  strip --remove-section=.comment --remove-section=.note --strip-unneeded "$stage/usr/bin/$b"
+done
 put 755 packaging/mount.fuse.shoal sbin/mount.fuse.shoal
 conffiles=()
 for c in node mount cluster-dns gateway; do
@@ -33,6 +38,17 @@ put 644 packaging/systemd/shoal-mount@.service lib/systemd/system/shoal-mount@.s
 put 644 packaging/monitoring/alerts.yml usr/share/doc/shoal/monitoring/alerts.yml
 put 644 packaging/monitoring/grafana-dashboard.json usr/share/doc/shoal/monitoring/grafana-dashboard.json
 put 644 README.md usr/share/doc/shoal/README.md
+put 644 packaging/debian/copyright usr/share/doc/shoal/copyright
+# A native package's changelog, in Debian's format, compressed as policy wants.
+mkdir -p "$stage/usr/share/doc/shoal"
+cat >"$stage/usr/share/doc/shoal/changelog" <<CHANGELOG
+shoal ($version) unstable; urgency=medium
+
+  * Built from the shoal source tree at version $version.
+
+ -- shoal developers <maintainers@shoal.invalid>  $(date -R -d "@$(git log -1 --format=%ct 2>/dev/null || date +%s)")
+CHANGELOG
+gzip -9n "$stage/usr/share/doc/shoal/changelog"
 
 # The C library the binaries need: the newest symbol version they link against.
 glibc=$(for b in "${bins[@]}"; do objdump -T "target/release/$b"; done |
@@ -49,7 +65,7 @@ cat >"$stage/DEBIAN/control" <<CONTROL
 Package: shoal
 Version: $version
 Architecture: $arch
-Maintainer: shoal developers
+Maintainer: shoal developers <maintainers@shoal.invalid>
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Depends: fuse3, adduser, libc6 (>= $glibc)
 Section: net
@@ -58,7 +74,8 @@ Description: Mount an S3 bucket read-only and serve its reads from a cluster of 
  shoal mounts an S3 bucket as a read-only directory and serves its reads from a
  cluster of cache nodes. This package installs shoal-node (the cache node),
  shoal-mount (the FUSE daemon, with a mount.fuse.shoal helper for fstab),
- shoal-csi (the Kubernetes CSI node plugin) and shoal (the admin CLI), example configs in /etc/shoal and systemd units.
+ shoal-csi (the Kubernetes CSI node plugin) and shoal (the admin CLI),
+ example configs in /etc/shoal and systemd units.
 CONTROL
 mkdir -p "$(dirname "$out")"
 dpkg-deb --root-owner-group --build "$stage" "$out" >/dev/null

