@@ -9,6 +9,7 @@ mod cli;
 mod data_path;
 mod disk_tier;
 mod handover;
+mod hostile_node;
 mod memory;
 mod metadata;
 mod mount;
