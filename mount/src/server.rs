@@ -11,7 +11,6 @@
 //! can: Linux 6.9 and later); elsewhere each server reads through a descriptor of
 //! its own, whose requests the kernel ends with an error when it dies.
 
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,9 +58,26 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
     if fds.len() != 2 {
         return Err("the keeper sent no device and journal".into());
     }
-    let journal = Arc::new(Journal::from_fd(fds.pop().expect("journal")));
+    let journal_fd = fds.pop().expect("journal");
     let chan = Arc::new(Channel::new(fds.pop().expect("device")).map_err(|e| e.to_string())?);
     let has_disk = spec.config.mount.disk_cache.is_some();
+    // The journal is taken over in place (its file is the keeper's, and a CSI
+    // driver's copy, for the mount's whole life). A damaged one fails the
+    // takeover: serving part of a state would hand out again inode numbers the
+    // kernel holds for other paths, and lose open files. The keeper then
+    // answers the mount's calls with EIO, as when no server can start.
+    let (journal, state) = match Journal::open(journal_fd) {
+        Ok(j) => j,
+        Err(e) => {
+            // The keeper tells the user, and answers EIO meanwhile.
+            let why = format!(
+                "the mount's journal cannot be taken over: {e}; refusing to serve part of its state"
+            );
+            let _ = link.send(&Msg::Failed(why), &[]);
+            return Err(String::new());
+        }
+    };
+    let journal = Arc::new(journal);
     let (agreed, state) = match start {
         Start::New => {
             let a = kernel::handshake(&chan, &fuse::wants(has_disk))
@@ -70,28 +86,16 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
             (a, None)
         }
         Start::AfterCrash | Start::Handover => {
-            let s = journal
-                .replay()
-                .map_err(|e| format!("cannot read the mount's state: {e}"))?;
-            let a = s
+            let a = state
                 .agreed
                 .ok_or("the mount's state holds no INIT: nothing to take over")?;
-            (a, Some(s))
+            (a, Some(state))
         }
     };
     let fs = rt.block_on(build(&spec, origin, journal.clone()))?;
     if let Some(s) = &state {
         let t0 = Instant::now();
         rt.block_on(fs.restore(s, &chan));
-        // The live state, compacted, in a fresh journal the keeper keeps from now
-        // on; nothing is written to it before the keeper has it.
-        let fresh = Journal::compacted(s).map_err(|e| format!("cannot write the state: {e}"))?;
-        link.send(&Msg::Journal, &[fresh.file().as_raw_fd()])
-            .map_err(|e| e.to_string())?;
-        match link.recv().map_err(|e| e.to_string())? {
-            Some((Msg::JournalKept, _)) => journal.replace_with(fresh),
-            other => return Err(format!("the keeper did not keep the new state: {other:?}")),
-        }
         tracing::info!(
             inodes = s.inodes.len(),
             files = s.files.len(),
