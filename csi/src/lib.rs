@@ -82,7 +82,9 @@ impl Plugin {
     fn recover(&self) {
         for (dir, record) in self.volumes.on_disk() {
             let target = record.target.clone();
-            if !shoal_mount::is_mounted(&target) {
+            // A keeper that answers may still be mounting (the plugin was killed
+            // as it started the mount): its files stay, and it is taken back.
+            if !shoal_mount::is_mounted(&target) && !published::keeper_answers(&dir) {
                 tracing::info!("{} is no longer mounted; forgetting it", target.display());
                 let _ = std::fs::remove_dir_all(&dir);
                 continue;
@@ -144,11 +146,20 @@ impl Plugin {
                 // A publish or unpublish of it is under way.
                 continue;
             };
-            let map = self.volumes.map.lock().unwrap();
-            let Some(p) = map.get(&target) else { continue };
+            let mut map = self.volumes.map.lock().unwrap();
+            let Some(p) = map.get_mut(&target) else {
+                continue;
+            };
             if shoal_mount::keeper::ask(&p.control(), "status").is_ok() {
+                // Taken back while its mount was still coming up: its copy now.
+                if p.held.is_none() {
+                    p.held = shoal_mount::keeper::ask_fds(&p.control()).ok();
+                }
                 continue;
             }
+            // The copy's journal is the one in use now, however many servers
+            // took over since it was taken: a mount keeps one journal file for
+            // its whole life, compacted in place, never replaced.
             let Some(fds) = &p.held else { continue };
             tracing::warn!(
                 "the keeper of {} is gone; starting another on the same connection",

@@ -214,6 +214,13 @@ impl Plugin {
                 return Err(e);
             }
         };
+        // The record before the mount: a plugin killed once the mount is live
+        // finds it at its restart, and takes the mount back instead of removing
+        // its files from under it.
+        if let Err(e) = Volumes::save(&dir, &record) {
+            cleanup(&dir, &spec.target, made_target);
+            return Err(e.into());
+        }
         let launch = self.launch_of(&record, &dir);
         let launcher = self.launcher.clone();
         let started = tokio::task::spawn_blocking(move || launcher.start(&launch))
@@ -231,7 +238,6 @@ impl Plugin {
                 )
             })
             .ok();
-        Volumes::save(&dir, &record)?;
         tracing::info!(
             volume = %spec.volume_id,
             "published s3://{} at {}",

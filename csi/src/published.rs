@@ -43,6 +43,12 @@ pub fn control_of(dir: &Path) -> PathBuf {
     dir.join("control.sock")
 }
 
+/// Whether a keeper answers on the control socket in `dir`: its mount is live,
+/// or about to be, and uses what `dir` holds.
+pub fn keeper_answers(dir: &Path) -> bool {
+    shoal_mount::keeper::ask(&control_of(dir), "status").is_ok()
+}
+
 /// Every published volume, by target path.
 #[derive(Default)]
 pub struct Volumes {
@@ -94,6 +100,12 @@ impl Volumes {
                 .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
             {
                 Some(r) => out.push((dir, r)),
+                // A keeper still serves from it (a publish whose record was never
+                // written): its config, token and disk tier are in use.
+                None if keeper_answers(&dir) => tracing::error!(
+                    "{}: no readable record, but a live mount's keeper answers there; left as it is",
+                    dir.display()
+                ),
                 None => {
                     tracing::warn!("{}: no readable record; removing it", dir.display());
                     let _ = std::fs::remove_dir_all(&dir);

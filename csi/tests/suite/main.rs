@@ -5,6 +5,7 @@
 
 mod common;
 
+mod adopt;
 mod node;
 mod pod_credentials;
 mod restart;

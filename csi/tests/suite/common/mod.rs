@@ -39,9 +39,11 @@ impl Plugin {
             "--node-id=node-1".to_owned(),
             "--zone=zone-a".to_owned(),
             format!("--state-dir={}", state.display()),
-            format!("--mount-bin={}", bin("shoal-mount").display()),
             format!("--default-config={}", config.display()),
         ];
+        if !extra.iter().any(|a| a.starts_with("--mount-bin")) {
+            args.push(format!("--mount-bin={}", bin("shoal-mount").display()));
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut p = Plugin {
             child: Command::new("true").spawn().unwrap(),
