@@ -175,16 +175,7 @@ impl S3Client {
                 message: "a HEAD answered 400 with no body, as for an expired token".into(),
             };
         }
-        let code = parsed.code.clone();
-        let e = from_response(status.as_u16(), parsed.code, parsed.message, call);
-        if status_agrees(&e, status.as_u16()) {
-            return e;
-        }
-        // A body naming an answer about the object under another status (a
-        // 500 saying NoSuchKey): the status is the answer, and the code only
-        // part of its message.
-        let message = format!("{}: {e}", code.unwrap_or_default());
-        from_response(status.as_u16(), None, Some(message), call)
+        from_answer(status.as_u16(), parsed.code, parsed.message, call)
     }
 
     /// A refusal that may be the bucket's requester-pays setting says so.
@@ -233,6 +224,24 @@ impl S3Client {
             signed_for,
         })
     }
+}
+
+/// What an error answer with `status` and a body naming `code` and `message`
+/// means: [`from_response`], but a body naming an answer about the object
+/// under another status (a 500 saying NoSuchKey) is not one: the status is
+/// the answer, and the code only part of its message.
+pub(crate) fn from_answer(
+    status: u16,
+    code: Option<String>,
+    message: Option<String>,
+    ctx: &ErrorContext<'_>,
+) -> StoreError {
+    let e = from_response(status, code.clone(), message, ctx);
+    if status_agrees(&e, status) {
+        return e;
+    }
+    let message = format!("{}: {e}", code.unwrap_or_default());
+    from_response(status, None, Some(message), ctx)
 }
 
 /// Whether an answer about the object (which is never failed over: the next
@@ -306,5 +315,44 @@ mod tests {
         };
         assert_eq!(wrapped.cause(), &e);
         assert!(wrapped.to_string().contains("after 3 attempts"));
+    }
+
+    #[test]
+    fn a_code_naming_an_answer_under_another_status_is_the_status_failure() {
+        let answer = |status, code: &str| from_answer(status, Some(code.into()), None, &ctx());
+        // What a broken node or origin may send: failed over, never final.
+        let e = answer(500, "NoSuchKey");
+        assert!(matches!(e, StoreError::Server { status: 500, .. }), "{e:?}");
+        assert!(!e.is_answer() && e.is_retryable());
+        assert!(e.to_string().contains("NoSuchKey"), "{e}");
+        for (status, code) in [
+            (503, "PreconditionFailed"),
+            (400, "InvalidRange"),
+            (200, "NoSuchBucket"),
+        ] {
+            let e = answer(status, code);
+            assert!(!e.is_answer(), "{status} {code}: {e:?}");
+        }
+        // Under their own statuses they are answers, and throttling keeps its code.
+        assert!(matches!(
+            answer(404, "NoSuchKey"),
+            StoreError::NoSuchKey { .. }
+        ));
+        assert!(matches!(
+            answer(412, "PreconditionFailed"),
+            StoreError::PreconditionFailed { .. }
+        ));
+        assert!(matches!(
+            answer(416, "InvalidRange"),
+            StoreError::InvalidRange { .. }
+        ));
+        assert!(matches!(
+            answer(503, "SlowDown"),
+            StoreError::Throttled { .. }
+        ));
+        assert!(matches!(
+            from_answer(404, None, None, &ctx()),
+            StoreError::NoSuchKey { .. }
+        ));
     }
 }

@@ -453,3 +453,150 @@ async fn when_readable(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A server answering every request on a connection with `parts`, written
+    /// one after another `gap` apart.
+    async fn answering(parts: Vec<Vec<u8>>, gap: Duration) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let parts = parts.clone();
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match conn.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => req.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        req.clear();
+                        for p in &parts {
+                            tokio::time::sleep(gap).await;
+                            if conn.write_all(p).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn sockets() -> Arc<Sockets> {
+        Arc::new(Sockets::new(
+            4,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            "test".into(),
+        ))
+    }
+
+    async fn body_of(a: &mut Answer) -> Vec<u8> {
+        let mut out = vec![0u8; a.body.remaining() as usize];
+        let mut at = 0;
+        while at < out.len() {
+            at += a.body.read(&mut out[at..]).await.unwrap();
+        }
+        assert_eq!(a.body.read(&mut [0u8; 1]).await.unwrap(), 0);
+        out
+    }
+
+    fn ok_head(len: usize) -> Vec<u8> {
+        format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_connection_with_bytes_past_its_answer_is_closed_not_kept() {
+        let body = vec![7u8; 256 << 10];
+        let extra = b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n!".to_vec();
+        // Past the body in the same write, and a while after it (while idle).
+        for gap in [Duration::ZERO, Duration::from_millis(100)] {
+            let mut first = ok_head(body.len());
+            first.extend_from_slice(&body);
+            let addr = answering(vec![first, extra.clone()], gap).await;
+            let s = sockets();
+            let mut a = s.get(&addr, "h", "/k", &Default::default()).await.unwrap();
+            assert_eq!(body_of(&mut a).await, body);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                s.kept(&addr).is_none(),
+                "kept with bytes past the answer ({gap:?})"
+            );
+        }
+        // An answer that ends where its length says keeps its connection.
+        let mut whole = ok_head(3);
+        whole.extend_from_slice(b"abc");
+        let addr = answering(vec![whole], Duration::ZERO).await;
+        let s = sockets();
+        let mut a = s.get(&addr, "h", "/k", &Default::default()).await.unwrap();
+        assert_eq!(body_of(&mut a).await, b"abc");
+        assert!(s.kept(&addr).is_some());
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_skipped_for_the_final_one() {
+        let addr = answering(
+            vec![
+                b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(),
+                b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n".to_vec(),
+                b"content-length: 2\r\n\r\nok".to_vec(),
+            ],
+            Duration::from_millis(20),
+        )
+        .await;
+        let s = sockets();
+        let mut a = s.get(&addr, "h", "/k", &Default::default()).await.unwrap();
+        assert_eq!(a.status, 200);
+        assert_eq!(body_of(&mut a).await, b"ok");
+    }
+
+    #[tokio::test]
+    async fn ambiguous_framing_is_a_transport_error() {
+        for head in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+            "HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok",
+            "HTTP/1.1 500 x\r\ntransfer-encoding: chunked\r\ncontent-length: 2\r\n\r\nok",
+        ] {
+            let addr = answering(vec![head.as_bytes().to_vec()], Duration::ZERO).await;
+            let e = sockets()
+                .get(&addr, "h", "/k", &Default::default())
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{head:?} was taken"));
+            assert!(matches!(e, StoreError::Transport { .. }), "{e:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chunked_error_body_whose_size_overflows_reads_as_empty() {
+        let addr = answering(
+            vec![
+                b"HTTP/1.1 500 x\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffed\r\n"
+                    .to_vec(),
+            ],
+            Duration::ZERO,
+        )
+        .await;
+        let a = sockets()
+            .get(&addr, "h", "/k", &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(a.status, 500);
+        // At once: the size line alone says it cannot fit.
+        let body = tokio::time::timeout(Duration::from_millis(500), a.body.small()).await;
+        assert_eq!(body.expect("no wait for the stall deadline"), b"");
+    }
+}
