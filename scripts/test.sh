@@ -26,6 +26,8 @@ python3 -c 'import boto3' 2>/dev/null || { echo "== installing boto3"; python3 -
 # one of the clients it runs.
 python3 -c 'import moto.server, flask' 2>/dev/null || { echo "== installing moto[server]"; python3 -m pip install --quiet 'moto[server]'; }
 python3 -c 'import awscli' 2>/dev/null || { echo "== installing the aws CLI"; python3 -m pip install --quiet awscli; }
+# grpc-python: a CSI client that names the plugin's socket as its :authority.
+python3 -c 'import grpc' 2>/dev/null || { echo "== installing grpcio"; python3 -m pip install --quiet grpcio; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 

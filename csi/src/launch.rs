@@ -10,7 +10,9 @@
 //!   leaves the mounts served. The plugin's container then needs the host's
 //!   `/run/systemd` and `shoal-mount` at a host path (the manifests copy it to
 //!   the plugin directory); a keeper of a unit cannot adopt a connection, so the
-//!   plugin's copies serve only `direct` keepers.
+//!   plugin's copies serve only `direct` keepers. Its environment (the cluster
+//!   secret's variable among it) reaches it through a file of mode 0600 in the
+//!   volume's directory (`shoal-mount --env-file`), never a command line.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -36,6 +38,8 @@ pub struct Launch {
     pub log: PathBuf,
     /// A unit name for `systemd`.
     pub unit: String,
+    /// Where a `systemd` unit's environment is written for it (mode 0600).
+    pub env_file: PathBuf,
 }
 
 impl Launcher {
@@ -65,30 +69,23 @@ impl Launcher {
                 cmd.output()
             }
             Launcher::Systemd => {
+                // A unit starts with systemd's environment, not the plugin's: what
+                // shapes a mount (its secrets' variables, AWS's, proxies) goes
+                // along, then the volume's own. All of it through a file only
+                // root may read: an argument of systemd-run is in `ps` for every
+                // user, and an Environment= of the unit in its `systemctl show`.
+                shoal_mount::env_file::write(&l.env_file, &unit_env(&l.env)).map_err(|e| {
+                    CsiError::Internal(format!("cannot write the mount's environment: {e}"))
+                })?;
                 let mut cmd = Command::new("systemd-run");
                 cmd.arg(format!("--unit={}", l.unit))
                     .args(["--collect", "--quiet", "--property=Type=notify"])
-                    .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"]);
-                // A unit starts with systemd's environment, not the plugin's: what
-                // shapes a mount (its secrets' variables, AWS's, proxies) goes
-                // along, then the volume's own.
-                let mut env: Vec<(String, Option<String>)> = std::env::vars()
-                    .filter(|(k, _)| passed_on(k))
-                    .map(|(k, v)| (k, Some(v)))
-                    .collect();
-                env.extend(l.env.iter().cloned());
-                let mut last = std::collections::BTreeMap::new();
-                for (k, v) in env {
-                    last.insert(k, v);
-                }
-                for (k, v) in last {
-                    if let Some(v) = v {
-                        cmd.arg(format!("--setenv={k}={v}"));
-                    }
-                }
-                cmd.arg("--")
+                    .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"])
+                    .arg("--")
                     .arg(&l.mount_bin)
                     .arg("--foreground")
+                    .arg("--env-file")
+                    .arg(&l.env_file)
                     .args(&l.args);
                 cmd.output()
             }
@@ -152,6 +149,22 @@ impl Launcher {
             ))
         }
     }
+}
+
+/// What a unit's mount runs with: the plugin's variables it needs too, then the
+/// volume's own (`None` takes one away).
+fn unit_env(volume: &[(String, Option<String>)]) -> Vec<(String, String)> {
+    let mut last = std::collections::BTreeMap::new();
+    let plugin = std::env::vars().filter(|(k, _)| passed_on(k));
+    for (k, v) in plugin
+        .map(|(k, v)| (k, Some(v)))
+        .chain(volume.iter().cloned())
+    {
+        last.insert(k, v);
+    }
+    last.into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
 }
 
 /// The plugin's variables a mount started elsewhere needs too.

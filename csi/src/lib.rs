@@ -10,6 +10,8 @@
 //! that dies on the same connection, so no published mount ever breaks.
 //! [`identity`] answers who the plugin is; [`error`] maps failures to gRPC codes.
 
+pub mod authority;
+pub mod condition;
 pub mod error;
 pub mod identity;
 pub mod launch;
@@ -185,7 +187,10 @@ pub async fn serve(
         .add_service(proto::identity_server::IdentityServer::new(plugin.clone()))
         .add_service(proto::node_server::NodeServer::new(plugin))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+                |conn| conn.map(authority::AnyAuthority::new),
+            ),
             shutdown,
         )
         .await

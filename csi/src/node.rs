@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
+use crate::condition;
 use crate::error::CsiError;
 use crate::launch::Launch;
 use crate::pod_identity::write_token;
@@ -349,6 +350,7 @@ impl Plugin {
             args: r.args.clone(),
             env: r.env.clone(),
             log: dir.join("mount.log"),
+            env_file: dir.join("unit.env"),
             unit: format!(
                 "shoal-csi-{}",
                 dir.file_name().unwrap_or_default().to_string_lossy()
@@ -394,20 +396,7 @@ impl Plugin {
     }
 
     fn stats(&self, path: &Path) -> (Vec<proto::VolumeUsage>, proto::VolumeCondition) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        // SAFETY: statvfs into a zeroed struct.
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        let ok = unsafe { libc::statvfs(c.as_ptr(), &mut s) } == 0;
-        if !ok {
-            let e = std::io::Error::last_os_error();
-            return (
-                Vec::new(),
-                proto::VolumeCondition {
-                    abnormal: true,
-                    message: format!("{}: {e}", path.display()),
-                },
-            );
-        }
+        let look = condition::look(path, &control_of(&self.volumes.dir_for(path)));
         use proto::volume_usage::Unit;
         let usage = |unit: Unit, total: u64, free: u64| proto::VolumeUsage {
             available: free as i64,
@@ -415,8 +404,8 @@ impl Plugin {
             used: total.saturating_sub(free) as i64,
             unit: unit as i32,
         };
-        (
-            vec![
+        let usage = match look.usage {
+            Some(s) => vec![
                 usage(
                     Unit::Bytes,
                     s.f_blocks * s.f_frsize,
@@ -424,11 +413,20 @@ impl Plugin {
                 ),
                 usage(Unit::Inodes, s.f_files, s.f_favail),
             ],
+            None => Vec::new(),
+        };
+        let condition = if look.problems.is_empty() {
             proto::VolumeCondition {
                 abnormal: false,
-                message: "mounted and answering".into(),
-            },
-        )
+                message: "mounted, answering, and served".into(),
+            }
+        } else {
+            proto::VolumeCondition {
+                abnormal: true,
+                message: look.problems.join("; "),
+            }
+        };
+        (usage, condition)
     }
 }
 

@@ -8,6 +8,7 @@
 //! one on request ([`link`] is how they talk), so a mount outlives the process
 //! serving it. This module holds what both need: the mount's spec and its checks.
 
+pub mod env_file;
 pub mod fs;
 pub mod fuse;
 pub mod journal;

@@ -102,6 +102,11 @@ struct Args {
     /// --foreground to watch them).
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
+    /// Set environment variables from FILE (NAME=VALUE lines) first: the
+    /// variables a config's *_env keys name, kept off command lines. Only its
+    /// owner may read the file.
+    #[arg(long, value_name = "FILE")]
+    env_file: Option<PathBuf>,
     /// Hand the mount on MOUNTPOINT over to a fresh server process (after an
     /// upgrade, say): reads in flight finish, open files keep reading.
     #[arg(long, value_name = "MOUNTPOINT", conflicts_with_all = ["source", "status"])]
@@ -317,6 +322,13 @@ fn daemonize() -> ExitCode {
 fn main() -> ExitCode {
     shoal::heap::fewer_arenas();
     let args = Args::parse();
+    // Before any thread starts, and before the log reads RUST_LOG.
+    if let Some(f) = &args.env_file {
+        if let Err(e) = shoal_mount::env_file::load(f) {
+            eprintln!("shoal-mount: {e}");
+            return ExitCode::from(2);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),

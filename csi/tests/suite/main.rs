@@ -6,6 +6,9 @@
 mod common;
 
 mod adopt;
+mod condition;
+mod grpc_python;
 mod node;
 mod pod_credentials;
 mod restart;
+mod systemd;

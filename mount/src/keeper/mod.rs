@@ -32,10 +32,11 @@ use crate::kernel;
 use crate::link::{Msg, Start};
 
 mod outside;
+mod private_dir;
 mod server;
 
 use outside::{adopted_fds, control_socket, signals};
-pub use outside::{ask, ask_fds, default_control_socket};
+pub use outside::{ask, ask_fds, ask_within, default_control_socket};
 use server::Server;
 pub use server::{Launch, Log, ADOPT_ENV, LINK_ENV};
 

@@ -4,37 +4,54 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use super::{Event, ADOPT_ENV, HANDOVER_LIMIT, PREPARE_LIMIT};
+use super::{private_dir, Event, ADOPT_ENV, HANDOVER_LIMIT, PREPARE_LIMIT};
 use crate::kernel;
 
 /// The control socket of the mount on `mountpoint` (canonical), unless named.
 pub fn default_control_socket(mountpoint: &Path) -> PathBuf {
+    let h = xxhash_rust::xxh3::xxh3_64(mountpoint.as_os_str().as_encoded_bytes());
+    default_dir().join(format!("{h:016x}.sock"))
+}
+
+/// Where a user's control sockets go by default: a directory of theirs alone
+/// (see [`private_dir`]). `/tmp`'s is the last resort: its name is known to
+/// every user, so one who made it first makes the keeper refuse to start.
+fn default_dir() -> PathBuf {
     // SAFETY: a plain getter.
     let uid = unsafe { libc::getuid() };
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if uid != 0 => PathBuf::from(d).join("shoal-mount"),
-        _ if uid == 0 => PathBuf::from("/run/shoal-mount"),
-        _ => PathBuf::from(format!("/tmp/shoal-mount-{uid}")),
-    };
-    let h = xxhash_rust::xxh3::xxh3_64(mountpoint.as_os_str().as_encoded_bytes());
-    dir.join(format!("{h:016x}.sock"))
+    if uid == 0 {
+        return PathBuf::from("/run/shoal-mount");
+    }
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from(format!("/run/user/{uid}"))).filter(|d| d.is_dir()));
+    match runtime {
+        Some(d) => d.join("shoal-mount"),
+        None => PathBuf::from(format!("/tmp/shoal-mount-{uid}")),
+    }
 }
 
 /// Sends `cmd` to the keeper listening on `socket`; returns its answer.
 pub fn ask(socket: &Path, cmd: &str) -> Result<String, String> {
+    ask_within(socket, cmd, HANDOVER_LIMIT + PREPARE_LIMIT)
+}
+
+/// [`ask`], waiting at most `limit` for the answer (a keeper busy starting a
+/// server answers once it is done).
+pub fn ask_within(socket: &Path, cmd: &str, limit: Duration) -> Result<String, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
         format!(
             "no shoal-mount keeper answers on {}: {e} (is it mounted, and by this user?)",
             socket.display()
         )
     })?;
-    s.set_read_timeout(Some(HANDOVER_LIMIT + PREPARE_LIMIT))
-        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
     writeln!(s, "{cmd}").map_err(|e| e.to_string())?;
     let mut answer = String::new();
     BufReader::new(&s)
@@ -105,11 +122,16 @@ pub(super) fn signals(tx: Sender<Event>) -> Result<(), String> {
     Ok(())
 }
 
-/// Listens on `path` for control commands, one line per connection.
+/// Listens on `path` for control commands, one line per connection, from this
+/// user or root only: `fds` hands out the mount's device.
 pub(super) fn control_socket(path: &Path, tx: Sender<Event>) -> Result<(), String> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("control socket directory {}: {e}", dir.display()))?;
+        if dir == default_dir() {
+            private_dir::private(dir)
+        } else {
+            private_dir::named(dir)
+        }
+        .map_err(|e| e.to_string())?;
     }
     // A socket left by a keeper that is gone.
     if UnixStream::connect(path).is_err() {
@@ -117,8 +139,15 @@ pub(super) fn control_socket(path: &Path, tx: Sender<Event>) -> Result<(), Strin
     }
     let listener =
         UnixListener::bind(path).map_err(|e| format!("control socket {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("control socket {}: {e}", path.display()))?;
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
+            if let Err(why) = admitted(&conn) {
+                tracing::warn!("control socket: refused a connection: {why}");
+                let _ = writeln!(&conn, "error refused: {why}");
+                continue;
+            }
             let mut line = String::new();
             let Ok(c) = conn.try_clone() else { continue };
             let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
@@ -132,4 +161,38 @@ pub(super) fn control_socket(path: &Path, tx: Sender<Event>) -> Result<(), Strin
         }
     });
     Ok(())
+}
+
+/// Whether the process at the other end of `conn` may command the keeper: its
+/// user (when it connected) is ours or root.
+fn admitted(conn: &UnixStream) -> Result<(), String> {
+    // SAFETY: getsockopt fills a ucred of the size given.
+    let cred = unsafe {
+        let mut cred: libc::ucred = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        if libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        ) != 0
+        {
+            return Err(format!(
+                "cannot tell who connected: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        cred
+    };
+    // SAFETY: a plain getter.
+    let uid = unsafe { libc::getuid() };
+    if cred.uid == 0 || cred.uid == uid || cred.uid == private_dir::euid() {
+        Ok(())
+    } else {
+        Err(format!(
+            "uid {} (pid {}) is neither this keeper's user (uid {uid}) nor root",
+            cred.uid, cred.pid
+        ))
+    }
 }

@@ -6,6 +6,7 @@ mod archived;
 mod aws_credentials;
 mod chaos;
 mod cli;
+mod control;
 mod data_path;
 mod disk_tier;
 mod fuzz_journal;
