@@ -10,6 +10,8 @@
 #[cfg(not(test))]
 pub mod journal;
 
+pub mod http1;
+
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;

@@ -72,3 +72,13 @@ fn scope() {
 fn policy() {
     replay("policy", entries::policy);
 }
+
+#[test]
+fn http_head() {
+    replay("http_head", entries::http1::http_head);
+}
+
+#[test]
+fn chunked() {
+    replay("chunked", entries::http1::chunked);
+}

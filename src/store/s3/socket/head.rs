@@ -33,7 +33,8 @@ pub struct Head {
     pub status: u16,
     pub headers: HeaderMap,
     pub framing: Framing,
-    /// Whether the connection may carry another request after this answer.
+    /// Whether the connection may carry another request after this answer
+    /// (HTTP/1.1, not closed, and a body framed by its length).
     pub reusable: bool,
     /// Where the body starts in the bytes read: after this head and every
     /// interim one before it.
@@ -156,7 +157,9 @@ pub fn parse(bytes: &[u8]) -> Result<Option<Head>, HeadError> {
             tokens(&headers, http::header::CONNECTION).any(|t| t.eq_ignore_ascii_case("close"));
         return Ok(Some(Head {
             status,
-            reusable: head.version == Some(1) && !close,
+            // A chunked body is read only as far as its last chunk: what may
+            // follow is not looked for.
+            reusable: head.version == Some(1) && !close && framing != Framing::Chunked,
             headers,
             framing,
             body_at: at + n,
@@ -316,6 +319,7 @@ mod tests {
         let error = "HTTP/1.1 500 x\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\n";
         let h = head(error).unwrap().unwrap();
         assert_eq!((h.framing, h.body_at), (Framing::Chunked, error.len() - 3));
+        assert!(!h.reusable);
         let none = "HTTP/1.1 500 x\r\n\r\n";
         assert_eq!(head(none), Err(HeadError::NoLength(500)));
     }

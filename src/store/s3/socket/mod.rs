@@ -253,7 +253,7 @@ impl Sockets {
                     buf,
                     early,
                     chunked,
-                    reusable: head.reusable && !chunked,
+                    reusable: head.reusable,
                     sockets: self.clone(),
                 },
             });
