@@ -52,11 +52,15 @@ pub fn ask_within(socket: &Path, cmd: &str, limit: Duration) -> Result<String, S
         )
     })?;
     s.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
-    writeln!(s, "{cmd}").map_err(|e| e.to_string())?;
+    // A keeper that refuses us may have said so and closed before we asked.
+    let asked = writeln!(s, "{cmd}");
     let mut answer = String::new();
     BufReader::new(&s)
         .read_line(&mut answer)
         .map_err(|e| format!("the keeper did not answer: {e}"))?;
+    if answer.is_empty() {
+        asked.map_err(|e| e.to_string())?;
+    }
     let answer = answer.trim_end().to_owned();
     match answer.strip_prefix("error ") {
         Some(e) => Err(e.to_owned()),
