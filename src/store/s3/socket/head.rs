@@ -62,7 +62,7 @@ pub enum HeadError {
     ConflictingLengths(u64, u64),
     #[error("both Transfer-Encoding and Content-Length")]
     BothFramings,
-    #[error("a {status} answer with Transfer-Encoding {coding:?} (only an error answer may come chunked)")]
+    #[error("a {status} answer with Transfer-Encoding {coding:?} (a success's body is read by its Content-Length; only an error's may come chunked)")]
     Coding { status: u16, coding: String },
     #[error("a {0} answer with no Content-Length (a body is read by its Content-Length)")]
     NoLength(u16),
