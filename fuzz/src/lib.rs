@@ -5,12 +5,11 @@
 //! Each takes arbitrary bytes, must never panic, and checks what a parse promises
 //! when it succeeds (a span inside the object, a header inside the file, ...).
 
+pub mod http1;
 // Replayed by the mount's suite (`mount/tests/suite/fuzz_journal.rs`), which
 // has shoal-mount; the node's, which includes this file, has not.
 #[cfg(not(test))]
 pub mod journal;
-
-pub mod http1;
 
 use std::sync::{Arc, OnceLock};
 
