@@ -105,6 +105,7 @@ impl Keeper {
         };
         let server = k.spawn_server()?;
         k.prepared(&server)?;
+        let adopting = adopted.is_some();
         let start = match adopted {
             Some((dev, journal)) => {
                 k.device = dev;
@@ -125,8 +126,20 @@ impl Keeper {
             }
         };
         if let Err(e) = k.take(&server, start) {
-            let _ = kernel::mount::unmount(&k.mountpoint, true);
-            return Err(e);
+            if !adopting {
+                let _ = kernel::mount::unmount(&k.mountpoint, true);
+                return Err(e);
+            }
+            // An adopted connection is live (pods may be reading it) and not
+            // ours to end: a server that cannot take it over (a damaged
+            // journal) is what a crash is. Servers are tried again, and the
+            // keeper answers EIO meanwhile.
+            tracing::error!(
+                "the first server could not take {} over: {e}",
+                k.mountpoint.display()
+            );
+            server.kill();
+            k.later.push_back(Event::ServerGone(server.id));
         }
         // Only now: a stat of the mount waits for a server to answer it.
         k.connection = crate::connection_id(&k.mountpoint);

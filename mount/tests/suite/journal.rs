@@ -173,3 +173,95 @@ async fn many_opens_and_closes_keep_the_journal_bounded_and_its_open_files() {
     );
     drop(m);
 }
+
+/// A keeper that adopts a live connection (as the CSI driver starts one after
+/// the last keeper died) whose journal is damaged: the connection may have
+/// readers, so it is treated as a server crash (servers tried again, EIO
+/// meanwhile), never unmounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_adopting_a_damaged_journal_answers_eio_and_keeps_the_mount() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let o = origin().await;
+    o.put(BUCKET, "a/f0", data(100_000, 50));
+    o.put(BUCKET, "a/f1", data(100_000, 51));
+    let (mut m, _sockdir, socket) = mount(&o, "");
+    let mnt = m.mnt.clone();
+    tokio::task::spawn_blocking(move || {
+        for i in 0..2 {
+            assert_eq!(
+                std::fs::read(mnt.join(format!("a/f{i}"))).unwrap(),
+                data(100_000, 50 + i)
+            );
+        }
+    })
+    .await
+    .unwrap();
+    // Copies of the connection and the journal, as the driver keeps them.
+    let (dev, journal) = shoal_mount::keeper::ask_fds(&socket).expect("descriptors");
+    let j = std::fs::File::from(journal.try_clone().unwrap());
+    let buf = bytes(&j);
+    let (at, body) = *records(&buf)
+        .iter()
+        .find(|(_, b)| b[0] == b'I' && b.ends_with(b"a/f0"))
+        .expect("f0's inode record");
+    let flip = at + 8 + body.len() - 1;
+    j.write_all_at(&[buf[flip] ^ 0x20], flip as u64).unwrap();
+
+    // The keeper dies (its server with it); the connection lives in our copy.
+    let mut keeper = m.child.take().unwrap();
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    assert!(m.is_mounted());
+
+    let log = m.dir.path().join("adopt.log");
+    let (d, jf) = (dev.as_raw_fd(), journal.as_raw_fd());
+    let mut cmd = std::process::Command::new(bin("shoal-mount"));
+    cmd.arg("--config")
+        .arg(m.dir.path().join("mount.toml"))
+        .arg("--foreground")
+        .args(["--control-socket", socket.to_str().unwrap()])
+        .arg(BUCKET)
+        .arg(&m.mnt)
+        .env(shoal_mount::keeper::ADOPT_ENV, format!("{d},{jf}"))
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: only fcntl between fork and exec: the copies are inherited.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in [d, jf] {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+            Ok(())
+        });
+    }
+    m.child = Some(cmd.spawn().unwrap());
+
+    let mnt = m.mnt.clone();
+    let t0 = Instant::now();
+    let name =
+        tokio::task::spawn_blocking(move || std::fs::read(mnt.join("a/f1")).map(|b| b.len()))
+            .await
+            .unwrap();
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        errno(&name),
+        Some(libc::EIO),
+        "a read: {name:?}; {}",
+        text()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    assert!(m.is_mounted(), "still mounted: {}", text());
+    assert!(
+        m.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "the adopting keeper still runs: {}",
+        text()
+    );
+    assert!(
+        text().contains("the mount's journal cannot be taken over"),
+        "the log says why: {}",
+        text()
+    );
+    drop(dev);
+}
