@@ -7,6 +7,7 @@ mod common;
 
 mod adopt;
 mod condition;
+mod fuzz_h2;
 mod grpc_python;
 mod node;
 mod pod_credentials;
