@@ -6,6 +6,7 @@
 mod aws_mock;
 mod client;
 mod config;
+mod corpus;
 mod data;
 mod kube;
 mod metrics;
@@ -22,6 +23,7 @@ pub use config::{
     cluster_toml, mount_toml, node_section, node_toml, origin_section, origin_toml, parse,
     without_auth,
 };
+pub use corpus::replay_corpus;
 pub use data::data;
 pub use kube::KubeApi;
 pub use metrics::{metric, metric_required, scrape};

@@ -156,7 +156,7 @@ fn killing_mount_bin(dir: &Path) -> PathBuf {
              case \"$1\" in --version|--status|--restart|--unmount) exec {real} \"$@\";; esac\n\
              {real} \"$@\"; rc=$?\n\
              if [ $rc -eq 0 ] && [ -z \"$SHOAL_MOUNT_ADOPT_FDS\" ] && [ ! -e {marker} ]; then\n\
-               touch {marker}; kill -KILL $PPID; sleep 1\n\
+               touch {marker}; kill -KILL $PPID\n\
              fi\n\
              exit $rc\n",
             real = bin("shoal-mount").display(),
