@@ -1,0 +1,119 @@
+# A booted Debian system for the packaging's system tests: systemd as PID 1 in a
+# container (systemd-nspawn) sharing the host's network, so that units, reloads,
+# kills and boots are systemd's own and not a stand-in's. Sourced by
+# packaging/system-test.sh and the files under packaging/system/.
+#
+# The root is built once per machine (debootstrap from the mirror apt uses) and kept
+# under target/system/root; every boot runs on an overlay of it (target/system/runs/
+# NAME), so a test may install, break and reboot freely and the next one starts
+# clean. Nothing here needs the host to run systemd.
+
+system_dir=${SYSTEM_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/target/system}
+SYSTEM_ROOT=$system_dir/root
+# What the root holds beyond minbase: systemd to boot, what the package depends
+# on, and what an operator's checks use.
+system_packages=systemd,systemd-sysv,dbus,fuse3,adduser,procps,util-linux,mount,curl,ca-certificates,logrotate
+
+# Installs what building and booting a root takes, on the host.
+system_tools() {
+  command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null && return 0
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    debootstrap systemd-container >/dev/null
+}
+
+# Builds the root unless it is there already (about 90 s and 300 MB).
+system_root() {
+  [ -x "$SYSTEM_ROOT/lib/systemd/systemd" ] && [ -f "$SYSTEM_ROOT/.shoal-root" ] &&
+    [ "$(cat "$SYSTEM_ROOT/.shoal-root")" = "$system_packages" ] && return 0
+  system_tools || return 1
+  rm -rf "$SYSTEM_ROOT" "$SYSTEM_ROOT.tmp"
+  mkdir -p "$system_dir"
+  local mirror
+  mirror=$(sed -n 's/^URIs: *//p; s/^deb \(\[[^]]*\] \)\?\(http[^ ]*\) .*/\2/p' \
+    /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | grep -v security | head -1)
+  debootstrap --variant=minbase --include="$system_packages" bookworm "$SYSTEM_ROOT.tmp" \
+    "${mirror:-http://deb.debian.org/debian}" >"$system_dir/debootstrap.log" 2>&1 || {
+    tail -20 "$system_dir/debootstrap.log" >&2
+    return 1
+  }
+  # A console that nobody logs in on, and no unit that waits for a network the
+  # container shares with the host.
+  ln -sf /dev/null "$SYSTEM_ROOT.tmp/etc/systemd/system/console-getty.service"
+  echo "$system_packages" >"$SYSTEM_ROOT.tmp/.shoal-root"
+  mv "$SYSTEM_ROOT.tmp" "$SYSTEM_ROOT"
+}
+
+# system_boot NAME: boots (or boots again, keeping what the last boot wrote) the
+# system NAME; sets SYSTEM_LEADER (its PID 1, for nsenter) and SYSTEM_PID (the
+# nspawn process). Returns once systemd says it is running.
+system_boot() {
+  local name=$1 run=$system_dir/runs/$1
+  mkdir -p "$run/upper" "$run/work" "$run/merged"
+  mountpoint -q "$run/merged" ||
+    mount -t overlay overlay -o "lowerdir=$SYSTEM_ROOT,upperdir=$run/upper,workdir=$run/work" "$run/merged" || return 1
+  # --register=no --keep-unit: the host has no machined and no systemd to make a
+  # scope; the host's loopback is shared, so origins started on the host are
+  # reachable inside.
+  systemd-nspawn -D "$run/merged" -b --register=no --keep-unit --bind=/dev/fuse \
+    --capability=all --machine="$name" >>"$run/console.log" 2>&1 </dev/null &
+  SYSTEM_PID=$!
+  SYSTEM_LEADER=
+  local i
+  for i in $(seq 300); do
+    SYSTEM_LEADER=$(pgrep -P "$SYSTEM_PID" -x systemd | head -1)
+    [ -n "$SYSTEM_LEADER" ] && break
+    kill -0 "$SYSTEM_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$SYSTEM_LEADER" ] || {
+    echo "system $name did not boot:" >&2
+    tail -20 "$run/console.log" >&2
+    return 1
+  }
+  # PID 1 answers on its bus a moment after it starts; until then systemctl
+  # cannot connect at all.
+  local state=
+  for i in $(seq 300); do
+    state=$(in_system systemctl is-system-running 2>/dev/null) && break
+    [ -n "$state" ] && break
+    sleep 0.1
+  done
+  timeout 90 nsenter -t "$SYSTEM_LEADER" -a systemctl is-system-running --wait >/dev/null
+  state=$(in_system systemctl is-system-running)
+  case $state in
+    running) ;;
+    *)
+      echo "system $name booted $state:" >&2
+      in_system systemctl --failed --no-pager >&2
+      ;;
+  esac
+}
+
+# Runs a command inside the booted system, as root, in its namespaces.
+in_system() { nsenter -t "$SYSTEM_LEADER" -a "$@"; }
+
+# system_path PATH: where PATH of the booted system is on the host.
+system_path() { echo "/proc/$SYSTEM_LEADER/root$1"; }
+
+# Halts the system (systemd stops every unit, as at a shutdown) and waits.
+system_halt() {
+  [ -n "${SYSTEM_PID:-}" ] || return 0
+  kill -TERM "$SYSTEM_PID" 2>/dev/null
+  local i
+  for i in $(seq 300); do
+    kill -0 "$SYSTEM_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$SYSTEM_PID" 2>/dev/null
+  wait "$SYSTEM_PID" 2>/dev/null
+  SYSTEM_PID=
+  SYSTEM_LEADER=
+}
+
+# system_discard NAME: halts it if booted and removes all it wrote.
+system_discard() {
+  local run=$system_dir/runs/$1
+  system_halt
+  mountpoint -q "$run/merged" && umount "$run/merged"
+  rm -rf "$run"
+}
