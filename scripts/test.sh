@@ -28,6 +28,8 @@ python3 -c 'import moto.server, flask' 2>/dev/null || { echo "== installing moto
 python3 -c 'import awscli' 2>/dev/null || { echo "== installing the aws CLI"; python3 -m pip install --quiet awscli; }
 # grpc-python: a CSI client that names the plugin's socket as its :authority.
 python3 -c 'import grpc' 2>/dev/null || { echo "== installing grpcio"; python3 -m pip install --quiet grpcio; }
+# DuckDB and pyarrow: the mount's suite queries Parquet files through a mount.
+python3 -c 'import duckdb, pyarrow' 2>/dev/null || { echo "== installing duckdb and pyarrow"; python3 -m pip install --quiet duckdb pyarrow; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 

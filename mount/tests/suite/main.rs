@@ -2,6 +2,7 @@
 
 mod common;
 
+mod analytics;
 mod archived;
 mod aws_credentials;
 mod chaos;

@@ -1,0 +1,130 @@
+//! Analytics over Parquet through a mount: DuckDB and pyarrow query files the test
+//! writes, through a cold mount and its cold node, and get the answers they get
+//! from the same files on local disk, at an origin cost near what the query read
+//! there (its `rchar`). Column projection, row-group pruning and the footer read
+//! first are how these tools read: read-ahead must follow them, not run ahead
+//! into column chunks they never ask for.
+//!
+//! Needs `python3` with `duckdb` and `pyarrow` (scripts/test.sh installs them).
+
+use std::path::Path;
+
+use crate::common::*;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite/analytics/parquet.py");
+
+/// Files per dataset, row groups per file and rows per row group: 4 MB files
+/// whose column chunks (128 KiB for a number, 576 KiB for the text) are smaller
+/// than a block, as in a dataset of many row groups.
+const FILES: usize = 3;
+const GROUPS: usize = 4;
+const ROWS: usize = 16384;
+
+/// What a query may cost the origin beyond its bound: a few KiB of listing and
+/// metadata answers, and per file one page at each end of what it reads (a
+/// column chunk starts and ends anywhere in a page).
+fn allowance() -> u64 {
+    16 << 10
+}
+
+struct Query {
+    engine: &'static str,
+    what: &'static str,
+    /// Origin bytes per byte the query read locally.
+    bound: f64,
+}
+
+const QUERIES: [Query; 6] = [
+    Query {
+        engine: "duckdb",
+        what: "rows",
+        bound: 1.5,
+    },
+    Query {
+        engine: "duckdb",
+        what: "columns",
+        bound: 1.5,
+    },
+    Query {
+        engine: "duckdb",
+        what: "full",
+        bound: 1.1,
+    },
+    Query {
+        engine: "pyarrow",
+        what: "rows",
+        bound: 1.5,
+    },
+    Query {
+        engine: "pyarrow",
+        what: "columns",
+        bound: 1.5,
+    },
+    Query {
+        engine: "pyarrow",
+        what: "full",
+        bound: 1.1,
+    },
+];
+
+/// Runs `what` with `engine` over the files of `dir`: its answer (JSON) and the
+/// bytes the query's process read.
+async fn run(engine: &str, what: &str, dir: &Path) -> (serde_json::Value, u64) {
+    let out = sh_ok(&format!("python3 {SCRIPT} query {engine} {what} {}", q(dir))).await;
+    let v: serde_json::Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("{engine} {what}: not one JSON line ({e}): {out}"));
+    (v["answer"].clone(), v["rchar"].as_u64().expect("rchar"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_queries_cost_the_origin_about_what_they_read() {
+    let have = sh("python3 -c 'import duckdb, pyarrow'").await;
+    assert!(
+        have.status.success(),
+        "this test needs python3 -m pip install duckdb pyarrow: {}",
+        String::from_utf8_lossy(&have.stderr)
+    );
+    let o = origin().await;
+    let local = tempfile::tempdir().unwrap();
+    // One dataset per query, so that each one's cost is a cold read's.
+    for qy in &QUERIES {
+        let name = format!("{}-{}", qy.engine, qy.what);
+        let dir = local.path().join(&name);
+        sh_ok(&format!(
+            "python3 {SCRIPT} write {} {FILES} {ROWS} {GROUPS} 7",
+            q(&dir)
+        ))
+        .await;
+        for f in 0..FILES {
+            let file = format!("part-{f}.parquet");
+            let body = std::fs::read(dir.join(&file)).unwrap();
+            o.put(BUCKET, &format!("{name}/{file}"), body);
+        }
+    }
+    let ndir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, ndir.path(), "n");
+    let m = Mount::start(&mount_toml(&o, &[&node], ""), BUCKET, &[]);
+    let mut table = String::from("query            local rchar  origin bytes  ratio  bound\n");
+    let mut over = Vec::new();
+    for qy in &QUERIES {
+        let name = format!("{}-{}", qy.engine, qy.what);
+        let (want, read) = run(qy.engine, qy.what, &local.path().join(&name)).await;
+        let before = o.stats.snapshot().body_bytes_sent;
+        let (got, _) = run(qy.engine, qy.what, &m.path(&name)).await;
+        let cost = o.stats.snapshot().body_bytes_sent - before;
+        assert_eq!(got, want, "{name}: the answer through the mount differs");
+        let ratio = cost as f64 / read as f64;
+        table.push_str(&format!(
+            "{name:<16} {read:>11}  {cost:>12}  {ratio:>5.2}  {}\n",
+            qy.bound
+        ));
+        if cost as f64 > qy.bound * read as f64 + allowance() as f64 {
+            over.push(name);
+        }
+    }
+    eprintln!("{table}");
+    assert!(
+        over.is_empty(),
+        "queries that cost the origin past their bound: {over:?}\n{table}"
+    );
+}
