@@ -48,6 +48,9 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // Colours for a terminal only: under systemd stderr is the journal, which
+        // would keep the escapes in every line.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     // Flags go into the config before it is checked, so they meet the file's rules.

@@ -333,6 +333,9 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
+        // Colours for a terminal only: under systemd stderr is the journal, which
+        // would keep the escapes in every line.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let log_file = args.log_file.clone();

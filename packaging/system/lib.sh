@@ -71,11 +71,12 @@ system_boot() {
     return 1
   }
   # PID 1 answers on its bus a moment after it starts; until then systemctl
-  # cannot connect at all.
+  # cannot connect at all, and before PID 1 has made /run/systemd/system it
+  # says "offline" (not booted with systemd), which is no answer either.
   local state=
   for i in $(seq 300); do
     state=$(in_system systemctl is-system-running 2>/dev/null) && break
-    [ -n "$state" ] && break
+    case $state in '' | offline) ;; *) break ;; esac
     sleep 0.1
   done
   timeout 90 nsenter -t "$SYSTEM_LEADER" -a systemctl is-system-running --wait >/dev/null

@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# The package's systemd units in a booted system, checked as an operator would with
+# systemctl: shoal-node is ready when `systemctl start` returns, is restarted after a
+# SIGKILL and stops cleanly; shoal-mount@NAME mounts, reads byte-exact, hands over
+# on `systemctl reload` and survives a killed server under readers without a failed
+# read, and unmounts on stop; journalctl shows both; the README's fstab line mounts
+# at boot, after the node. The origin runs on the host (the system shares its
+# network). Run as root: packaging/system/units.sh SHOAL.deb. Prints
+# "units: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+deb=${1:?usage: packaging/system/units.sh SHOAL.deb}
+[ -f "$deb" ] || { echo "units.sh: no package at $deb" >&2; exit 2; }
+deb=$(realpath "$deb")
+source packaging/system/lib.sh
+
+passed=0; failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+work=$(mktemp -d /tmp/shoal-units.XXXXXX)
+check() { local what=$1; shift; if "$@" >"$work/check.log" 2>&1; then ok "$what"; else bad "$what"; sed 's/^/     /' "$work/check.log" | tail -20; fi; }
+ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+name=units-$$
+origin_pid=
+readers=()
+cleanup() {
+  for p in "${readers[@]}"; do kill "$p" 2>/dev/null; done
+  system_discard "$name"
+  [ -n "$origin_pid" ] && kill "$origin_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Loopback addresses of their own, so that other tests on this machine may listen
+# at the same time.
+node_addr=127.0.37.2:9137
+node=shoal-node.service
+mount=shoal-mount@data.service
+
+finish() {
+  echo "units: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+}
+
+echo "== the origin, on the host"
+# Files of one, several and a part of a block (the mount reads 1 MiB blocks).
+mkdir -p "$work/seed/sub"
+head -c 3500000 /dev/urandom >"$work/seed/big.bin"
+head -c 70000 /dev/urandom >"$work/seed/sub/small.bin"
+cp config/node.toml "$work/seed/node.toml"
+files=(big.bin sub/small.bin node.toml)
+SHOAL_ORIGIN_SECRET_KEY=units-secret-0123456789 "$root/target/release/shoal-test-origin" --listen 127.0.37.1:0 \
+  --access-key units --bucket units --seed "$work/seed" --addr-file "$work/origin.addr" >"$work/origin.log" 2>&1 &
+origin_pid=$!
+for _ in $(seq 100); do [ -s "$work/origin.addr" ] && break; sleep 0.1; done
+if [ -s "$work/origin.addr" ]; then ok "test origin on $(cat "$work/origin.addr")"; else bad "test origin started"; finish; fi
+
+echo "== a booted system with the package"
+system_root || { bad "the system's root is built"; finish; }
+t0=$(date +%s%N)
+if system_boot "$name" && [ "$(in_system systemctl is-system-running)" = running ]; then
+  ok "booted with systemd as PID 1 in $(ms "$t0") ms (state running)"
+else
+  bad "booted with systemd as PID 1"
+  finish
+fi
+cp "$deb" "$(system_path /tmp)/shoal.deb"
+check "dpkg -i installs the package" in_system dpkg -i /tmp/shoal.deb
+cp -r "$work/seed" "$(system_path /root)/seed"
+
+# A reader as an operator's job would be one: reads each file through the mount
+# with O_DIRECT (so every read reaches the mount's server, none is the page
+# cache's) and compares it with the origin's copy, until told to stop; then
+# writes "calls failed slowest_ms".
+cat >"$(system_path /root)/reader.sh" <<'READER'
+#!/bin/bash
+set -o pipefail
+stop=$1 out=$2 dir=$3; shift 3
+calls=0 failed=0 slowest=0
+while [ ! -e "$stop" ]; do
+  for f in "$@"; do
+    t0=$(date +%s%N)
+    if ! dd if="$dir/$f" iflag=direct bs=1M status=none 2>>"$out.err" | cmp -s - "/root/seed/$f"; then
+      failed=$((failed + 1))
+      echo "$(date +%T.%N) $f: read failed or differed" >>"$out.err"
+    fi
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    calls=$((calls + 1))
+    [ "$ms" -gt "$slowest" ] && slowest=$ms
+  done
+done
+echo "$calls $failed $slowest" >"$out"
+READER
+chmod +x "$(system_path /root)/reader.sh"
+
+# readers_start DIR: four readers on the files under DIR; readers_stop prints
+# "calls failed slowest enotconn" over all four (not in a subshell: it waits
+# for this shell's children).
+readers_start() {
+  rm -f "$(system_path /tmp)"/reader-*
+  readers=()
+  local i
+  for i in 1 2 3 4; do
+    in_system /root/reader.sh /tmp/reader-stop "/tmp/reader-$i" "$1" "${files[@]}" &
+    readers+=($!)
+  done
+  sleep 1
+}
+readers_stop() {
+  sleep 0.5
+  touch "$(system_path /tmp)/reader-stop"
+  wait "${readers[@]}"
+  readers=()
+  local dir calls=0 fails=0 slowest=0 c f s
+  dir=$(system_path /tmp)
+  for i in 1 2 3 4; do
+    read -r c f s <"$dir/reader-$i" || { c=0; f=1; s=0; }
+    calls=$((calls + c)); fails=$((fails + f))
+    [ "$s" -gt "$slowest" ] && slowest=$s
+  done
+  echo "$calls $fails $slowest $(cat "$dir"/reader-*.err 2>/dev/null | grep -c 'not connected')"
+  cat "$dir"/reader-*.err 2>/dev/null | head -5 >&2
+}
+
+prop() { in_system systemctl show -p "$1" --value "$2"; }
+healthz() { curl -fsS --max-time 2 "http://$node_addr/healthz" >/dev/null; }
+
+echo "== shoal-node.service"
+# The package's example config, rewritten in place as an operator edits it (its
+# owner and mode stay the package's); the keys come from /etc/default.
+cat >"$(system_path /etc/shoal/node.toml)" <<TOML
+[origin]
+endpoint = "http://$(cat "$work/origin.addr")"
+region = "us-east-1"
+addressing = "path"
+[origin.credentials]
+access_key_id = "units"
+secret_access_key_env = "SHOAL_ORIGIN_SECRET"
+[node]
+listen = "$node_addr"
+block_size = "1MiB"
+shutdown_timeout = "5s"
+[cache]
+ram_size = "64MiB"
+disk_size = "256MiB"
+data_dir = "/var/cache/shoal"
+[auth]
+mode = "sigv4"
+[[auth.keys]]
+access_key_id = "units-cluster"
+secret_access_key_env = "SHOAL_CLUSTER_SECRET"
+allow = ["read:*", "list:*"]
+TOML
+install -m 0600 /dev/stdin "$(system_path /etc/default/shoal-node)" <<ENV
+SHOAL_ORIGIN_SECRET=units-secret-0123456789
+SHOAL_CLUSTER_SECRET=units-cluster-secret-0123
+ENV
+type=$(prop Type $node)
+if [ "$type" = notify ]; then ok "shoal-node is Type=notify"; else bad "shoal-node is Type=notify (Type=$type)"; fi
+t0=$(date +%s%N)
+in_system systemctl start $node >"$work/start.log" 2>&1
+start_rc=$?; took=$(ms "$t0")
+# No retry: the unit is started, so the node must answer now.
+if [ $start_rc -eq 0 ] && healthz; then
+  ok "systemctl start shoal-node returned in $took ms and /healthz answered at once"
+else
+  bad "systemctl start shoal-node returns only when /healthz answers (start rc $start_rc)"
+  sed 's/^/     /' "$work/start.log"
+  in_system journalctl -u $node --no-pager -n 10 | sed 's/^/     /'
+fi
+
+old=$(prop MainPID $node); restart_sec=$(prop RestartUSec $node)
+t0=$(date +%s%N)
+in_system systemctl kill -s KILL $node
+new=0 state=
+for _ in $(seq 200); do
+  new=$(prop MainPID $node); state=$(prop ActiveState $node)
+  [ "$state" = active ] && [ "$new" != 0 ] && [ "$new" != "$old" ] && healthz && break
+  sleep 0.05
+done
+took=$(ms "$t0")
+# Its RestartSec, then a start: within RestartSec and 3 s.
+limit=$(($(echo "$restart_sec" | sed -n 's/^\([0-9]*\)s$/\1/p') * 1000 + 3000))
+if [ "$state" = active ] && [ "$new" != "$old" ] && [ "$took" -le "$limit" ] && healthz; then
+  ok "SIGKILLed shoal-node restarted by systemd in $took ms (RestartSec=$restart_sec), MainPID $old -> $new, NRestarts=$(prop NRestarts $node)"
+else
+  bad "SIGKILLed shoal-node restarted within RestartSec=$restart_sec (after $took ms: $state, MainPID $old -> $new)"
+fi
+
+seen=$(in_system journalctl -u $node --no-pager -o cat | wc -l)
+t0=$(date +%s%N)
+in_system systemctl stop $node
+took=$(ms "$t0")
+state=$(prop ActiveState $node); result=$(prop Result $node)
+# What systemd said of this stop: a node that did not end on SIGTERM within
+# TimeoutStopSec is killed (Result=timeout, "...with signal SIGKILL").
+in_system journalctl -u $node --no-pager -o cat | tail -n +$((seen + 1)) >"$work/stop.log"
+if [ "$state" = inactive ] && [ "$result" = success ] && grep -q 'Deactivated successfully' "$work/stop.log" &&
+  ! grep -qE 'SIGKILL|status=9|[Tt]imed out' "$work/stop.log"; then
+  ok "systemctl stop shoal-node: stopped in $took ms, ActiveState=$state Result=$result, ended on SIGTERM (no SIGKILL)"
+else
+  bad "systemctl stop shoal-node stops cleanly (ActiveState=$state Result=$result)"
+  sed 's/^/     /' "$work/stop.log"
+fi
+check "shoal-node started again for the mounts" bash -c "nsenter -t $SYSTEM_LEADER -a systemctl start $node && curl -fsS --max-time 2 http://$node_addr/healthz"
+
+echo "== shoal-mount@data.service"
+mount_config() {
+  install -m 0600 /dev/stdin "$(system_path /etc/shoal/"$1".toml)" <<TOML
+[origin]
+endpoint = "http://$(cat "$work/origin.addr")"
+region = "us-east-1"
+[origin.credentials]
+access_key_id = "units"
+secret_access_key = "units-secret-0123456789"
+[cluster]
+nodes = ["$node_addr"]
+block_size = "1MiB"
+[cluster.credentials]
+access_key_id = "units-cluster"
+secret_access_key = "units-cluster-secret-0123"
+[cache]
+ram_size = "64MiB"
+[mount]
+source = "units"
+mountpoint = "$2"
+allow_other = true
+TOML
+  mkdir -p "$(system_path "$2")"
+}
+mount_config data /mnt/data
+t0=$(date +%s%N)
+in_system systemctl start $mount >"$work/start.log" 2>&1
+start_rc=$?; took=$(ms "$t0")
+if [ $start_rc -eq 0 ] && in_system mountpoint -q /mnt/data; then
+  ok "systemctl start shoal-mount@data returned in $took ms with /mnt/data mounted"
+else
+  bad "systemctl start shoal-mount@data mounts /mnt/data (start rc $start_rc, $(prop ActiveState $mount))"
+  sed 's/^/     /' "$work/start.log"
+fi
+
+node_reads() { curl -fsS --max-time 2 "http://$node_addr/metrics" | sed -n 's/^shoal_node_key_requests_total{key="units-cluster"} //p'; }
+before=$(node_reads)
+bytes=0 same=0
+for f in "${files[@]}"; do
+  in_system cmp "/mnt/data/$f" "/root/seed/$f" && same=$((same + 1)) && bytes=$((bytes + $(stat -c %s "$work/seed/$f")))
+done
+after=$(node_reads)
+if [ "$same" -eq ${#files[@]} ] && [ "${after:-0}" -gt "${before:-0}" ]; then
+  ok "reads byte-exact: $same files, $bytes bytes, through the node ($((after - ${before:-0})) requests with the cluster's key)"
+else
+  bad "reads byte-exact through the node ($same of ${#files[@]} files the same; node requests ${before:-none} -> ${after:-none})"
+fi
+
+status() { in_system shoal-mount --status /mnt/data | sed -n "s/.*\"$1\":\\([0-9]*\\).*/\\1/p"; }
+server_before=$(status server)
+readers_start /mnt/data
+t0=$(date +%s%N)
+for i in 1 2 3; do
+  in_system systemctl reload $mount
+  # systemctl reload returns once the keeper has its SIGHUP; the handover is
+  # done when the keeper counts it.
+  for _ in $(seq 200); do [ "$(status handovers)" = "$i" ] && break; sleep 0.05; done
+  sleep 0.3
+done
+took=$(ms "$t0")
+readers_stop >"$work/readers"
+read -r calls fails slowest enotconn <"$work/readers"
+handovers=$(status handovers)
+if [ "$handovers" = 3 ] && [ "$calls" -gt 0 ] && [ "$fails" -eq 0 ]; then
+  ok "3 x systemctl reload under 4 readers: $handovers handovers in $took ms, server $server_before -> $(status server); $calls calls, $fails failed, slowest $slowest ms"
+else
+  bad "3 x systemctl reload under 4 readers: handovers $handovers; $calls calls, $fails failed ($enotconn ENOTCONN), slowest $slowest ms"
+fi
+
+keeper=$(prop MainPID $mount)
+server=$(in_system pgrep -P "$keeper" -x shoal-mount | head -1)
+readers_start /mnt/data
+t0=$(date +%s%N)
+in_system kill -KILL "$server"
+for _ in $(seq 200); do [ "$(status restarts)" = 1 ] && break; sleep 0.05; done
+took=$(ms "$t0")
+readers_stop >"$work/readers"
+read -r calls fails slowest enotconn <"$work/readers"
+if [ "$(status restarts)" = 1 ] && [ "$(status server)" != "$server" ] && [ "$calls" -gt 0 ] && [ "$fails" -eq 0 ] &&
+  [ "$(prop MainPID $mount)" = "$keeper" ]; then
+  ok "kill -KILL of the server ($server, child of the keeper $keeper, MainPID) under 4 readers: served again by $(status server) in $took ms; $calls calls, $fails failed, $enotconn ENOTCONN, slowest $slowest ms"
+else
+  bad "kill -KILL of the server under 4 readers: restarts $(status restarts), server $server -> $(status server); $calls calls, $fails failed, $enotconn ENOTCONN, slowest $slowest ms"
+fi
+
+echo "== journalctl"
+journal_has() {
+  in_system journalctl -u "$1" --no-pager -o cat >"$work/journal.log"
+  local lines escapes
+  lines=$(grep -c "$2" "$work/journal.log")
+  # A terminal's colours have no place in the journal (journalctl -o cat, json,
+  # a log shipper would carry them).
+  escapes=$(grep -c $'\e\[' "$work/journal.log")
+  if [ "$lines" -gt 0 ] && [ "$escapes" -eq 0 ]; then
+    ok "journalctl -u $1: $(wc -l <"$work/journal.log") lines, $lines with '$2', none with terminal escapes"
+  else
+    bad "journalctl -u $1 shows the program's '$2' ($lines lines), without terminal escapes ($escapes lines with)"
+    tail -5 "$work/journal.log" | cat -v | sed 's/^/     /'
+  fi
+}
+journal_has $node "shoal-node .* listening on http://$node_addr"
+journal_has $mount "mounted s3://units/ on /mnt/data"
+
+t0=$(date +%s%N)
+in_system systemctl stop $mount
+took=$(ms "$t0")
+state=$(prop ActiveState $mount); result=$(prop Result $mount)
+if ! in_system mountpoint -q /mnt/data && [ "$state" = inactive ] && [ "$result" = success ]; then
+  ok "systemctl stop shoal-mount@data unmounted /mnt/data in $took ms (ActiveState=$state Result=$result)"
+else
+  bad "systemctl stop shoal-mount@data unmounts (mounted: $(in_system mountpoint -q /mnt/data && echo yes || echo no), ActiveState=$state Result=$result)"
+fi
+
+echo "== at boot: fstab and enabled units"
+# The README's fstab line as an operator copies it, with this test's bucket,
+# mountpoint and config.
+readme_line=$(grep -m1 ' fuse\.shoal .*_netdev' README.md)
+opts=$(echo "$readme_line" | awk '{ print $4 }' | sed 's#config=[^,]*#config=/etc/shoal/fstab.toml#')
+line="units /mnt/fstab fuse.shoal $opts 0 0"
+mount_config fstab /mnt/fstab
+echo "$line" >>"$(system_path /etc/fstab)"
+echo "     fstab: $line"
+check "systemctl enable shoal-node shoal-mount@data" in_system systemctl enable $node $mount
+t0=$(date +%s%N)
+system_halt
+if system_boot "$name" && [ "$(in_system systemctl is-system-running)" = running ]; then
+  ok "halted and booted again in $(ms "$t0") ms (state running)"
+else
+  bad "halted and booted again"
+  finish
+fi
+fstab_unit=$(in_system systemd-escape -p --suffix=mount /mnt/fstab)
+# Monotonic microseconds since boot: when the node was ready, and when each mount
+# began to mount.
+ready=$(prop ActiveEnterTimestampMonotonic $node)
+for m in "$fstab_unit:/mnt/fstab" "$mount:/mnt/data"; do
+  unit=${m%%:*} dir=${m#*:}
+  began=$(prop InactiveExitTimestampMonotonic "$unit")
+  same=0
+  for f in "${files[@]}"; do in_system cmp "$dir/$f" "/root/seed/$f" && same=$((same + 1)); done
+  if in_system mountpoint -q "$dir" && [ "$same" -eq ${#files[@]} ]; then
+    ok "$unit: $dir mounted at boot, $same files byte-exact"
+  else
+    bad "$unit: $dir mounted at boot and byte-exact ($(prop ActiveState "$unit"), $same of ${#files[@]} files the same)"
+    in_system journalctl -b -u "$unit" --no-pager -o cat | tail -5 | sed 's/^/     /'
+  fi
+  if [ "${began:-0}" -ge "${ready:-1}" ] && in_system systemctl show -p After "$unit" | grep -qw $node; then
+    ok "$unit ordered after $node: began mounting $(((began - ready) / 1000)) ms after the node was ready"
+  else
+    bad "$unit mounts after $node is ready (node ready at ${ready:-?} us, mount began at ${began:-?} us; After=$(prop After "$unit"))"
+  fi
+done
+
+finish
