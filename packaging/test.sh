@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks everything under packaging/ the way a user meets it: builds the Debian
 # package and installs it, verifies the systemd units, mounts through an fstab line,
-# and lints the container, Kubernetes and monitoring files. Run as root (dpkg,
+# lints the container, Kubernetes and monitoring files, and runs the package in a
+# booted system (packaging/system-test.sh). Run as root (dpkg,
 # mount); called by scripts/test.sh. Prints "packaging: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,5 +96,17 @@ check "CSI DaemonSet: registrar, liveness probe, mounts outside the container" s
 check "headless Service publishes not-ready addresses" grep -q "publishNotReadyAddresses: true" packaging/kubernetes/service.yaml
 check "promtool check rules" promtool check rules packaging/monitoring/alerts.yml
 check "Grafana dashboard is JSON" python3 -m json.tool packaging/monitoring/grafana-dashboard.json
+
+echo "== in a booted system"
+# The package in a Debian system with systemd as PID 1: its units, the fstab line
+# at boot and the CSI driver's systemd launcher, each check counted here.
+packaging/system-test.sh "$work/shoal.deb" 2>&1 | tee "$work/system.log"
+sys_passed=$(sed -n 's/^system: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$work/system.log" | tail -1)
+sys_failed=$(sed -n 's/^system: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$work/system.log" | tail -1)
+if [ -n "$sys_passed" ]; then
+  passed=$((passed + sys_passed)); failed=$((failed + sys_failed))
+else
+  bad "packaging/system-test.sh ended without its summary"
+fi
 echo "packaging: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

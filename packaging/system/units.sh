@@ -8,7 +8,7 @@
 # network). Run as root: packaging/system/units.sh SHOAL.deb. Prints
 # "units: N passed, N failed".
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 root=$(pwd)
 deb=${1:?usage: packaging/system/units.sh SHOAL.deb}
 [ -f "$deb" ] || { echo "units.sh: no package at $deb" >&2; exit 2; }
@@ -25,6 +25,7 @@ ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
 name=units-$$
 origin_pid=
 readers=()
+# shellcheck disable=SC2317 # run by the trap
 cleanup() {
   for p in "${readers[@]}"; do kill "$p" 2>/dev/null; done
   system_discard "$name"
@@ -141,6 +142,7 @@ access_key_id = "units"
 secret_access_key_env = "SHOAL_ORIGIN_SECRET"
 [node]
 listen = "$node_addr"
+access_log = "/var/log/shoal/access.log"
 block_size = "1MiB"
 shutdown_timeout = "5s"
 [cache]
@@ -310,6 +312,33 @@ journal_has() {
 journal_has $node "shoal-node .* listening on http://$node_addr"
 journal_has $mount "mounted s3://units/ on /mnt/data"
 
+echo "== the node's access log and logrotate"
+log=$(system_path /var/log/shoal)
+count() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+lines=$(count "$log/access.log")
+if [ "$lines" -gt 0 ]; then
+  ok "the node writes /var/log/shoal/access.log: $lines lines"
+else
+  bad "the node writes /var/log/shoal/access.log (${lines} lines; $(ls -ld "$log" 2>&1))"
+  in_system journalctl -u $node --no-pager -o cat | grep -i 'access' | tail -3 | sed 's/^/     /'
+fi
+# The package's logrotate snippet moves it aside and has the node reopen it by
+# name (SIGUSR1); a request after that lands in the new file. An unsigned request
+# is refused, and refusals are logged too.
+in_system logrotate -f /etc/logrotate.d/shoal-node >"$work/logrotate.log" 2>&1
+rotated=$?
+sleep 0.2
+curl -s -o /dev/null "http://$node_addr/units/node.toml"
+sleep 0.2
+fresh=$(count "$log/access.log"); aside=$(count "$log/access.log.1")
+if [ $rotated -eq 0 ] && [ "$aside" -ge "$lines" ] && [ "$fresh" -ge 1 ] && [ "$(prop ActiveState $node)" = active ]; then
+  ok "logrotate -f: access.log.1 holds $aside lines, the node writes the new access.log ($fresh lines), still active"
+else
+  bad "logrotate -f rotates the access log and the node reopens it (rc $rotated, access.log.1 $aside lines, access.log $fresh lines)"
+  sed 's/^/     /' "$work/logrotate.log" | tail -5
+fi
+
+echo "== stopping the mount"
 t0=$(date +%s%N)
 in_system systemctl stop $mount
 took=$(ms "$t0")
