@@ -2,6 +2,12 @@
 //! glob matches `bucket/key`. With no rules everything is cached at the node's
 //! block size; with rules, a key that matches none passes through uncached (an
 //! allowlist), and `shoal_node_uncached_requests_total` shows how often.
+//!
+//! Files of formats read in ranges (Parquet, ORC, Arrow, SQLite, HDF5, ...: a
+//! footer or header, then the column chunks or pages a query needs) are cached
+//! in pages of [`RANGE_PAGE`] unless a rule gives them a `page_size`: a cold
+//! read of a few KiB, or of one column chunk, then costs the origin about what
+//! it reads rather than a whole block around it.
 
 use std::time::Duration;
 
@@ -23,6 +29,25 @@ pub struct Rules {
     default_block: u64,
 }
 
+/// The page of a file read in ranges: small enough that a column chunk's two
+/// ends and a footer cost little beside the chunk (a 1 MiB block around a
+/// 16 KiB footer is 64x), large enough that a scan of such a file is not a
+/// request per few KiB (a request for a whole block opens its pages at once).
+pub const RANGE_PAGE: u64 = 64 << 10;
+
+/// Names of formats read in ranges, by their endings (lower case).
+const RANGE_FORMATS: &[&str] = &[
+    ".parquet", ".parq", ".orc", ".arrow", ".feather", ".ipc", ".lance", ".sqlite", ".sqlite3",
+    ".db", ".duckdb", ".h5", ".hdf5", ".he5", ".nc", ".nc4",
+];
+
+/// Whether `key` names a file of a format read in ranges.
+pub fn read_in_ranges(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    let name = name.to_ascii_lowercase();
+    RANGE_FORMATS.iter().any(|s| name.ends_with(s))
+}
+
 impl Rules {
     pub fn new(rules: Vec<CacheRule>, default_block: u64) -> Rules {
         Rules {
@@ -32,9 +57,15 @@ impl Rules {
     }
 
     pub fn policy(&self, bucket: &str, key: &str) -> Policy {
+        // Never past the node's block: pages must divide the cluster's blocks.
+        let default_block = if read_in_ranges(key) {
+            RANGE_PAGE.min(self.default_block)
+        } else {
+            self.default_block
+        };
         let cached = Policy {
             cache: true,
-            block_size: self.default_block,
+            block_size: default_block,
             ttl: None,
             list_ttl: None,
         };
@@ -45,7 +76,7 @@ impl Rules {
         match self.rules.iter().find(|r| r.matcher.is_match(&path)) {
             Some(r) => Policy {
                 cache: r.cache,
-                block_size: r.block_size.unwrap_or(self.default_block),
+                block_size: r.block_size.unwrap_or(default_block),
                 ttl: r.ttl,
                 list_ttl: r.list_ttl,
             },
@@ -100,5 +131,23 @@ pattern = "logs/*.txt"
         assert!(!r.policy("logs", "d/a.txt").cache);
         assert!(!r.policy("other", "k").cache);
         assert!(rules("").policy("any", "key").cache);
+    }
+
+    #[test]
+    fn files_read_in_ranges_are_cached_in_small_pages_unless_a_rule_says() {
+        let none = rules("");
+        assert_eq!(none.policy("b", "t/part-0.parquet").block_size, RANGE_PAGE);
+        assert_eq!(none.policy("b", "x/DB.SQLITE").block_size, RANGE_PAGE);
+        assert_eq!(none.policy("b", "x.bin").block_size, 1 << 20);
+        assert_eq!(none.policy("b", "parquet/x.bin").block_size, 1 << 20);
+        let r = rules(
+            "[[rules]]\npattern = \"b/big/**\"\npage_size = \"1MiB\"\n\
+             [[rules]]\npattern = \"b/**\"\n",
+        );
+        assert_eq!(r.policy("b", "big/t.parquet").block_size, 1 << 20);
+        assert_eq!(r.policy("b", "small/t.parquet").block_size, RANGE_PAGE);
+        // A node block smaller than a page is the page.
+        let small = Rules::new(Vec::new(), 16 << 10);
+        assert_eq!(small.policy("b", "t.parquet").block_size, 16 << 10);
     }
 }

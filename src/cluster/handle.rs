@@ -240,16 +240,42 @@ impl Handle {
         h.reader.let_go(&h.bucket, &h.key, &h.meta.etag, index);
     }
 
-    /// Bytes `start..start+len` for a random reader: a read inside one block that
-    /// the RAM tier does not hold asks the block's owner for just that range
-    /// (cut through on the node: the origin's first byte plus a hop) instead of
-    /// waiting for the whole block; anything else reads as [`read`](Self::read).
+    /// Bytes `start..start+len` for a random reader: the part of the read inside
+    /// each block it touches that the RAM tier does not hold is asked of the
+    /// block's owner for just that range (cut through on the node: the origin's
+    /// first byte plus a hop) instead of waiting for the whole block; a whole
+    /// block it covers is read as [`read`](Self::read) reads it. A read of a few
+    /// KiB across a block boundary so costs its bytes, not two blocks.
     pub async fn read_random(&self, start: u64, len: u64) -> Result<Bytes, ReadError> {
         let end = start.saturating_add(len).min(self.0.meta.size);
-        let bs = self.0.reader.block_size();
-        if start >= end || start / bs != (end - 1) / bs || end - start == bs {
-            return self.read(start, len).await;
+        if start >= end {
+            return Ok(Bytes::new());
         }
+        let bs = self.0.reader.block_size();
+        let parts = (start / bs..=(end - 1) / bs).map(|i| {
+            let (lo, hi) = (start.max(i * bs), end.min((i + 1) * bs));
+            async move {
+                let whole = lo == i * bs && (hi == (i + 1) * bs || hi == self.0.meta.size);
+                if whole {
+                    self.read(lo, hi - lo).await
+                } else {
+                    self.range_in_block(lo, hi).await
+                }
+            }
+        });
+        let mut got = futures_util::future::try_join_all(parts).await?;
+        if got.len() == 1 {
+            return Ok(got.pop().unwrap());
+        }
+        let mut out = bytes::BytesMut::with_capacity((end - start) as usize);
+        for p in got {
+            out.extend_from_slice(&p);
+        }
+        Ok(out.freeze())
+    }
+
+    /// `start..end`, inside one block, for a random reader.
+    async fn range_in_block(&self, start: u64, end: u64) -> Result<Bytes, ReadError> {
         if self.is_stale() {
             return Err(self.stale_error());
         }

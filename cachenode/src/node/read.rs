@@ -20,8 +20,11 @@ use crate::metrics;
 
 pub type BlockStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, NodeError>> + Send>>;
 
-/// Blocks opened ahead of the one being sent.
+/// Blocks opened ahead of the one being sent: at least this many, and at least
+/// [`PREFETCH_BYTES`] of them, so that a request for a whole cluster block of
+/// a file cached in small pages asks the origin for its pages side by side.
 const PREFETCH: usize = 4;
+const PREFETCH_BYTES: u64 = 1 << 20;
 /// Reads up to this long inside one block the tiers lack, starting at least
 /// [`SIDE_READ_DEPTH`] into it, are asked of the origin on their own beside the
 /// block's fetch. Nearer the block's start the block's own bytes come about as
@@ -264,7 +267,7 @@ impl Node {
                         .map(|s| (i, s))
                 }
             })
-            .buffered(PREFETCH)
+            .buffered(PREFETCH.max((PREFETCH_BYTES / bs) as usize))
             .flat_map(move |r| -> BlockStream {
                 match r {
                     Ok((i, s)) => Box::pin(clip(i, s)),

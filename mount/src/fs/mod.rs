@@ -316,11 +316,17 @@ impl Fs {
         });
         let base = self.reader.read_window() as u64;
         let budget = self.reader.inflight_limit() as u64;
-        let (ahead, sequential) = {
+        let (ahead, sequential, first) = {
             let mut ra = f.ra.lock().unwrap();
+            let first = ra.is_fresh();
             let ahead = ra.advance(offset, end, bs, base, budget, std::time::Instant::now());
-            (ahead, ra.sequential())
+            (ahead, ra.sequential(), first)
         };
+        if first {
+            if let Ok((path, _)) = self.ns.inodes.path(f.ino) {
+                self.walks.first_read(&path, offset == 0);
+            }
+        }
         if let Some((from, count)) = ahead {
             self.stats.readahead_blocks.fetch_add(count, Relaxed);
             if pipe.is_some() {

@@ -1,16 +1,27 @@
-//! Read-ahead within one open file: sequential reads (small forward skips
-//! included) grow a window of blocks fetched ahead, from one and doubling up to a
-//! limit; a random read resets it. The limit starts at `read_window` and adapts
-//! to the path: each time a sequential reader has read a whole window's worth at
-//! the current limit, the limit doubles (up to the reader's in-flight budget) if
-//! reads waited for bytes to arrive in that step and throughput rose by more
-//! than a sixth since the last step, and stays where it is once it did not rise,
-//! twice in a row (one step's measure on a busy host can be off by half). A cold
-//! read so fills the origin's bandwidth-delay product; a path that keeps ahead of
-//! its reader (warm nodes) is not read further ahead than it needs, which keeps
-//! the blocks in flight few enough to still be in the CPU's cache when they are
-//! replied from; small and random reads stay small. A random read starts the
-//! window over but keeps the limit: that belongs to the path, not to the reader.
+//! Read-ahead within one open file, following the reader: a read that continues
+//! the last one (or leaves a small gap after it, a format's padding) grows a
+//! window of blocks fetched ahead, from one and doubling up to a limit; any
+//! other read is a jump and starts the window over at none, so nothing is ever
+//! fetched across a region the reader skipped. A file's first read only starts a
+//! run: a reader that opens a file and reads its end first (a Parquet or ORC
+//! footer, a zip's directory) is not scanning it, and one that is scanning
+//! shows it at its second read. Once a run is going, its reads may arrive a
+//! little out of order (the kernel's read-ahead requests reach the daemon on
+//! several threads): a read up to half the window (at least a block) past the
+//! run's end still continues it, and one up to a window behind it is part of it
+//! without growing anything.
+//!
+//! The limit starts at `read_window` and adapts to the path: each time a
+//! sequential reader has read a whole window's worth at the current limit, the
+//! limit doubles (up to the reader's in-flight budget) if reads waited for
+//! bytes to arrive in that step and throughput rose by more than a sixth since
+//! the last step, and stays where it is once it did not rise, twice in a row
+//! (one step's measure on a busy host can be off by half). A cold read so fills
+//! the origin's bandwidth-delay product; a path that keeps ahead of its reader
+//! (warm nodes) is not read further ahead than it needs, which keeps the blocks
+//! in flight few enough to still be in the CPU's cache when they are replied
+//! from; small and random reads stay small. A jump starts the window over but
+//! keeps the limit: that belongs to the path, not to the reader.
 
 use std::time::Instant;
 
@@ -18,13 +29,17 @@ use std::time::Instant;
 const GAIN: f64 = 1.17;
 /// Steps in a row without that gain after which the limit stays.
 const FLAT_STEPS: u8 = 2;
+/// A gap after the last read that still continues it: padding and alignment
+/// between a format's records, never a skipped column chunk of any size.
+pub(super) const PAD: u64 = 64 << 10;
 
 /// Per-handle sequential detection.
 #[derive(Default, Debug)]
 pub(super) struct Readahead {
-    /// Where the next sequential read would start.
-    next: u64,
-    /// Blocks to keep fetched ahead (0 until a read is seen as sequential).
+    /// The run the last reads belong to: its first byte, and where a read
+    /// continuing it starts (`None` before the first read).
+    run: Option<(u64, u64)>,
+    /// Blocks to keep fetched ahead (0 until a read continues the run).
     window: u64,
     /// Blocks below this index were already asked for.
     fetched_until: u64,
@@ -41,6 +56,18 @@ pub(super) struct Readahead {
     waited: bool,
 }
 
+/// What a read is to the run before it.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Past the run's end, within the gap it may leave: the window grows.
+    Continues,
+    /// Inside the run, or a little behind its end: reads of the run arriving
+    /// out of order. Nothing grows, nothing starts over.
+    Within,
+    /// Anywhere else, or the first read: a run starts here, with no window.
+    Jump,
+}
+
 impl Readahead {
     /// Records a read of `offset..end` at `now` in blocks of `bs`, with the limit
     /// starting at `base` and never past `max` blocks; returns the blocks to fetch
@@ -55,21 +82,22 @@ impl Readahead {
         now: Instant,
     ) -> Option<(u64, u64)> {
         let last_block = (end - 1) / bs;
-        // Small forward skips inside the window still count as sequential, and so
-        // do reads a little behind: the kernel's read-ahead requests of one run
-        // reach the daemon on several threads, not always in order.
-        // The kernel keeps about `base` blocks of read-ahead requests in flight,
-        // two batches at a time.
-        let slack = self.window.max(2 * base) * bs;
-        let sequential = offset <= self.next + slack && offset + slack >= self.next;
-        self.next = self.next.max(end);
-        if !sequential {
-            // The window starts over; what was learned of the path stays.
-            self.next = end;
-            self.window = 0;
-            self.fetched_until = last_block + 1;
-            self.epoch = None;
-            return None;
+        match self.step(offset, end, bs) {
+            Step::Jump => {
+                // The window starts over; what was learned of the path stays.
+                self.run = Some((offset, end));
+                self.window = 0;
+                self.fetched_until = last_block + 1;
+                self.epoch = None;
+                return None;
+            }
+            Step::Within => {
+                if self.window > 0 {
+                    self.adapt(end - offset, bs, max.max(1), now);
+                }
+                return None;
+            }
+            Step::Continues => {}
         }
         if self.limit == 0 {
             self.limit = base.clamp(1, max.max(1));
@@ -80,6 +108,35 @@ impl Readahead {
         let to = last_block + 1 + self.window;
         self.fetched_until = self.fetched_until.max(to);
         (to > from).then(|| (from, to - from))
+    }
+
+    /// Places `offset..end` against the run so far, moving the run's bounds.
+    fn step(&mut self, offset: u64, end: u64, bs: u64) -> Step {
+        let Some((lo, next)) = self.run else {
+            return Step::Jump;
+        };
+        let ahead = if self.window == 0 {
+            PAD
+        } else {
+            PAD.max(bs).max(self.window * bs / 2)
+        };
+        let behind = PAD.max(self.window * bs);
+        if end > next && offset <= next + ahead && offset + behind >= lo {
+            self.run = Some((lo.min(offset), end));
+            Step::Continues
+        } else if end <= next && (end + behind >= next || (offset < lo && end + PAD >= lo)) {
+            // Just below the run's start counts too: the first of two requests
+            // the kernel sent at once may reach the daemon second.
+            self.run = Some((lo.min(offset), next));
+            Step::Within
+        } else {
+            Step::Jump
+        }
+    }
+
+    /// Whether no read was seen yet.
+    pub fn is_fresh(&self) -> bool {
+        self.run.is_none()
     }
 
     /// A read of this run had to wait for its bytes: the window may be short of
@@ -138,21 +195,74 @@ mod tests {
         let t = Instant::now();
         // 1 MiB reads of 1 MiB blocks, from the start, all at once (no rate yet).
         let mb = 1u64 << 20;
-        assert_eq!(ra.advance(0, mb, mb, 8, 8, t), Some((1, 1)));
-        assert_eq!(ra.advance(mb, 2 * mb, mb, 8, 8, t), Some((2, 2)));
-        assert_eq!(ra.advance(2 * mb, 3 * mb, mb, 8, 8, t), Some((4, 3)));
-        assert_eq!(ra.advance(3 * mb, 4 * mb, mb, 8, 8, t), Some((7, 5)));
+        assert_eq!(
+            ra.advance(0, mb, mb, 8, 8, t),
+            None,
+            "one read is no run yet"
+        );
+        assert_eq!(ra.advance(mb, 2 * mb, mb, 8, 8, t), Some((2, 1)));
+        assert_eq!(ra.advance(2 * mb, 3 * mb, mb, 8, 8, t), Some((3, 2)));
+        assert_eq!(ra.advance(3 * mb, 4 * mb, mb, 8, 8, t), Some((5, 3)));
+        assert_eq!(ra.advance(4 * mb, 5 * mb, mb, 8, 8, t), Some((8, 5)));
         // At the cap, one more block per block read.
-        assert_eq!(ra.advance(4 * mb, 5 * mb, mb, 8, 8, t), Some((12, 1)));
+        assert_eq!(ra.advance(5 * mb, 6 * mb, mb, 8, 8, t), Some((13, 1)));
         // A jump: nothing ahead, and the window starts over.
         let at = 100 * mb;
         assert_eq!(ra.advance(at, at + 4096, mb, 8, 8, t), None);
+        assert!(!ra.sequential());
         assert_eq!(
             ra.advance(at + 4096, at + 8192, mb, 8, 8, t),
             Some((101, 1))
         );
-        // A short skip forward stays sequential.
+        // A short skip forward (padding) stays sequential.
         assert!(ra.advance(at + 12288, at + 16384, mb, 8, 8, t).is_some());
+        assert!(ra.sequential());
+    }
+
+    #[test]
+    fn a_footer_read_first_and_column_chunks_after_it_fetch_nothing_ahead() {
+        // A Parquet reader: the footer at the end, then a few column chunks
+        // of each row group, with other columns' chunks between them.
+        let (mut ra, t, kb) = (Readahead::default(), Instant::now(), 1u64 << 10);
+        let mb = 1 << 20;
+        let size = 64 * mb;
+        assert_eq!(ra.advance(size - 16 * kb, size, mb, 8, 64, t), None);
+        assert_eq!(
+            ra.advance(size - 80 * kb, size - 16 * kb, mb, 8, 64, t),
+            None
+        );
+        for rg in 0..8u64 {
+            let at = 128 * kb + rg * 7 * mb;
+            // Two chunks next to each other, read apart: one run.
+            assert_eq!(ra.advance(at, at + 300 * kb, mb, 8, 64, t), None, "{rg}");
+            assert!(!ra.sequential());
+        }
+        // A gap past the padding is a jump even right after a run's read.
+        assert_eq!(ra.advance(0, 256 * kb, mb, 8, 64, t), None);
+        assert_eq!(ra.advance(400 * kb, 600 * kb, mb, 8, 64, t), None);
+        assert!(!ra.sequential());
+        // Within the padding, it continues: one block ahead of the read.
+        assert_eq!(ra.advance(650 * kb, 900 * kb, mb, 8, 64, t), Some((1, 1)));
+    }
+
+    #[test]
+    fn a_jump_forward_fetches_nothing_in_the_region_skipped() {
+        let (mut ra, t, mb) = (Readahead::default(), Instant::now(), 1u64 << 20);
+        for i in 0..6 {
+            ra.advance(i * mb, (i + 1) * mb, mb, 8, 8, t);
+        }
+        assert!(ra.sequential());
+        // 20 MiB on: nothing fetched, then a run from there fetches from there.
+        assert_eq!(ra.advance(26 * mb, 27 * mb, mb, 8, 8, t), None);
+        assert_eq!(ra.advance(27 * mb, 28 * mb, mb, 8, 8, t), Some((28, 1)));
+    }
+
+    #[test]
+    fn a_scan_whose_first_two_requests_came_swapped_is_one_run() {
+        let (mut ra, t, mb) = (Readahead::default(), Instant::now(), 1u64 << 20);
+        assert_eq!(ra.advance(mb, 2 * mb, mb, 8, 8, t), None);
+        assert_eq!(ra.advance(0, mb, mb, 8, 8, t), None);
+        assert_eq!(ra.advance(2 * mb, 3 * mb, mb, 8, 8, t), Some((3, 1)));
         assert!(ra.sequential());
     }
 

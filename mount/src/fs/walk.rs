@@ -10,6 +10,12 @@
 //! ends the walk, so random access over a directory fetches nothing extra. A
 //! directory entered from a walk in its parent (`tar`, `cp -r` going down a tree)
 //! counts as walked already: its first visit in order fetches ahead.
+//!
+//! Only files read whole gain from it: a directory whose last file opened was
+//! first read away from its start (a Parquet or ORC footer, a database's
+//! pages) is read in ranges, and a file's first block would mostly be bytes
+//! its reader never asks for. Its walk goes on but fetches no file ahead until
+//! a file of it is read from its start again.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -32,6 +38,9 @@ pub struct DirWalk {
     window: usize,
     /// Entries below this index were already asked for.
     fetched_until: usize,
+    /// The last file read in this directory was first read away from its
+    /// start: fetch no file ahead.
+    ranged: bool,
 }
 
 impl DirWalk {
@@ -64,6 +73,9 @@ impl DirWalk {
             return next..next;
         }
         self.window = (self.window * 2).clamp(2, max_files);
+        if self.ranged {
+            return next..next;
+        }
         self.extend(next, len, budget, cost)
     }
 
@@ -171,6 +183,18 @@ impl Walks {
         self.walk_step(parent, &entries, |w, len, max, budget, cost| {
             w.opened(idx, len, max, budget, cost)
         })
+    }
+
+    /// A file at `path` had its first read, from its start or not: whether its
+    /// directory's files are read whole or in ranges.
+    pub fn first_read(&self, path: &str, from_start: bool) {
+        if self.prefetch_files == 0 {
+            return;
+        }
+        let dir = path.rfind('/').map_or("", |i| &path[..=i]);
+        if let Some(parent) = self.ns.inodes.by_path(dir) {
+            self.with_walk(parent, |w| w.ranged = !from_start);
+        }
     }
 
     /// Directory `ino` was entered from a walk in its parent: its first open in
@@ -359,6 +383,19 @@ mod tests {
             !w.walking(),
             "a directory already opened in is left as it is"
         );
+    }
+
+    #[test]
+    fn a_directory_of_files_read_in_ranges_fetches_no_file_ahead() {
+        let mut w = DirWalk::default();
+        walk(&mut w, 0);
+        w.ranged = true;
+        assert_eq!(walk(&mut w, 1), 2..2);
+        assert_eq!(walk(&mut w, 2), 3..3);
+        assert!(w.walking(), "the walk goes on");
+        // A file read from its start again: the walk fetches ahead again.
+        w.ranged = false;
+        assert_eq!(walk(&mut w, 3), 4..12);
     }
 
     #[test]
