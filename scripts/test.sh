@@ -14,6 +14,9 @@ command -v logrotate >/dev/null 2>&1 || need_apt+=(logrotate)
 # The client matrix runs real S3 clients through a node; mountpoint-s3 needs libfuse2.
 command -v rclone >/dev/null 2>&1 || need_apt+=(rclone)
 command -v s3fs >/dev/null 2>&1 || need_apt+=(s3fs)
+# packaging/system-test.sh boots a Debian root of its own under systemd-nspawn.
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
 [ -e /lib/x86_64-linux-gnu/libfuse.so.2 ] || [ -e /usr/lib/x86_64-linux-gnu/libfuse.so.2 ] || need_apt+=(libfuse2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
@@ -38,6 +41,14 @@ rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup comp
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 df -h . | awk 'NR==2 {print "== disk free here: " $4}'
 phase() { echo "== $1 (at ${SECONDS}s)"; }
+
+# The system test's root (debootstrap: mostly waiting on the mirror) is built
+# while the compiler works; packaging/system-test.sh waits for it.
+if [ "$(id -u)" -eq 0 ]; then
+  mkdir -p target/system
+  (source packaging/system/lib.sh && system_root) >target/system/root-build.log 2>&1 &
+  root_build=$!
+fi
 
 phase "cargo fmt --check"
 cargo fmt --all -- --check
@@ -70,6 +81,7 @@ fi
 du -sh target 2>/dev/null | awk '{print "== build output so far: " $1}'
 phase "packaging (Debian package, systemd units, fstab mount, manifests)"
 if [ "$(id -u)" -eq 0 ]; then
+  wait "$root_build" || { echo "building the system test's root failed:"; tail -20 target/system/root-build.log; }
   packaging/test.sh
 else
   echo "packaging/test.sh needs root (dpkg -i, mount): run it with sudo" >&2
