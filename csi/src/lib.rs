@@ -148,29 +148,57 @@ impl Plugin {
                 // A publish or unpublish of it is under way.
                 continue;
             };
-            let mut map = self.volumes.map.lock().unwrap();
-            let Some(p) = map.get_mut(&target) else {
+            // The map is not held while a keeper is asked anything: a keeper busy
+            // starting servers answers late, and every call of kubelet's (stats,
+            // publish, unpublish) takes the map.
+            let Some(control) = self
+                .volumes
+                .map
+                .lock()
+                .unwrap()
+                .get(&target)
+                .map(|p| p.control())
+            else {
                 continue;
             };
-            if shoal_mount::keeper::ask(&p.control(), "status").is_ok() {
+            if published::keeper_listens(&control) {
                 // Taken back while its mount was still coming up: its copy now.
-                if p.held.is_none() {
-                    p.held = shoal_mount::keeper::ask_fds(&p.control()).ok();
+                let has_copy = self
+                    .volumes
+                    .map
+                    .lock()
+                    .unwrap()
+                    .get(&target)
+                    .is_some_and(|p| p.held.is_some());
+                if !has_copy {
+                    let fds = shoal_mount::keeper::ask_fds(&control).ok();
+                    if let Some(p) = self.volumes.map.lock().unwrap().get_mut(&target) {
+                        p.held = p.held.take().or(fds);
+                    }
                 }
                 continue;
             }
             // The copy's journal is the one in use now, however many servers
             // took over since it was taken: a mount keeps one journal file for
             // its whole life, compacted in place, never replaced.
-            let Some(fds) = &p.held else { continue };
+            let taken = {
+                let mut map = self.volumes.map.lock().unwrap();
+                map.get_mut(&target).and_then(|p| {
+                    let fds = p.held.take()?;
+                    Some((self.launch_of(&p.record, &p.dir), fds))
+                })
+            };
+            let Some((launch, fds)) = taken else { continue };
             tracing::warn!(
                 "the keeper of {} is gone; starting another on the same connection",
                 target.display()
             );
-            let launch = self.launch_of(&p.record, &p.dir);
-            match self.launcher.adopt(&launch, fds) {
+            match self.launcher.adopt(&launch, &fds) {
                 Ok(()) => tracing::info!("{} is kept again", target.display()),
                 Err(e) => tracing::error!("cannot keep {} again: {e}", target.display()),
+            }
+            if let Some(p) = self.volumes.map.lock().unwrap().get_mut(&target) {
+                p.held = Some(fds);
             }
         }
     }

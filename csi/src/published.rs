@@ -49,6 +49,13 @@ pub fn keeper_answers(dir: &Path) -> bool {
     shoal_mount::keeper::ask(&control_of(dir), "status").is_ok()
 }
 
+/// Whether a keeper listens on `control`: a keeper that has died leaves its
+/// socket refusing connections; one busy starting a server takes them and
+/// answers later, and is alive all the same.
+pub fn keeper_listens(control: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(control).is_ok()
+}
+
 /// Every published volume, by target path.
 #[derive(Default)]
 pub struct Volumes {

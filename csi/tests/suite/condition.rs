@@ -16,16 +16,20 @@ async fn condition(
     volume: &str,
     target: &Path,
 ) -> proto::VolumeCondition {
-    node.node_get_volume_stats(proto::NodeGetVolumeStatsRequest {
+    // The plugin's look is bounded (a stat, a keeper's answer): a call that
+    // waits on anything else (a keeper busy starting servers) hangs kubelet.
+    let call = node.node_get_volume_stats(proto::NodeGetVolumeStatsRequest {
         volume_id: volume.into(),
         volume_path: target.display().to_string(),
         staging_target_path: String::new(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .volume_condition
-    .expect("a condition")
+    });
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("NodeGetVolumeStats answers within 10 s")
+        .unwrap()
+        .into_inner()
+        .volume_condition
+        .expect("a condition")
 }
 
 /// The condition once `ok` holds of it, within `limit`; panics with the last.
