@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# The CSI driver as its DaemonSet runs it (packaging/kubernetes/csi/daemonset.yaml),
+# in a booted Debian system (packaging/system/lib.sh) with the package installed:
+# the plugin itself a unit (shoal-csi-plugin.service, restarted when killed, as
+# kubelet restarts the container, its secrets from an environment file as the
+# container's come from a Secret), `--launcher systemd` so that every volume's
+# mount is a transient unit of that system's systemd, and kubelet played by a CSI
+# client (packaging/system/csi-kubelet.py) over the plugin's socket. The origin and
+# a cache node run on the host (loopback is shared), on 127.0.38.x.
+# Usage: packaging/system/csi.sh SHOAL.deb. Prints "csi: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+deb=$(realpath "${1:?usage: packaging/system/csi.sh SHOAL.deb}")
+source packaging/system/lib.sh
+
+passed=0; failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+check() { local what=$1; shift; if "$@" >"$work/check.log" 2>&1; then ok "$what"; else bad "$what"; sed 's/^/     /' "$work/check.log" | tail -20; fi; }
+summary() { echo "csi: $passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+
+name=csi
+work=$(mktemp -d /tmp/shoal-system-csi.XXXXXX)
+pids=()
+cleanup() {
+  [ -n "${SYSTEM_LEADER:-}" ] && touch "$(system_path /run/reader.stop)" 2>/dev/null
+  system_discard "$name"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+# The plugin as the DaemonSet starts it, its paths the host paths it names.
+plugin_dir=/var/lib/kubelet/plugins/csi.shoal
+socket_in=$plugin_dir/csi.sock
+pods=/var/lib/kubelet/pods
+# Secrets of this run alone: whatever shows them was given them by this run.
+stamp=$(date +%s%N)
+origin_key=csi-origin-key
+origin_secret=origin-secret-$stamp
+cluster_key=csi-cluster
+cluster_secret=cluster-secret-$stamp
+pod_token=pod-token-$stamp
+
+echo "== tools"
+python3 -c 'import grpc, grpc_tools' 2>/dev/null || python3 -m pip install --quiet grpcio grpcio-tools ||
+  python3 -m pip install --quiet --break-system-packages grpcio grpcio-tools
+export CSI_STUBS=$work/stubs
+kubelet() { python3 packaging/system/csi-kubelet.py "$(system_path "$socket_in")" "$@"; }
+check "CSI client stubs compiled from csi/proto" python3 -c "
+import sys; sys.argv = ['x']; sys.path.insert(0, 'packaging/system')
+import importlib.util as u
+s = u.spec_from_file_location('k', 'packaging/system/csi-kubelet.py'); m = u.module_from_spec(s); s.loader.exec_module(m)
+m.stubs()"
+
+echo "== origin and a cache node on the host"
+mkdir -p "$work/seed/alpha" "$work/seed/beta"
+head -c 3145728 /dev/urandom >"$work/seed/alpha/big.bin"
+for i in 1 2 3; do head -c $((i * 70000 + 13)) /dev/urandom >"$work/seed/alpha/small-$i.bin"; done
+head -c 1048577 /dev/urandom >"$work/seed/beta/other.bin"
+SHOAL_ORIGIN_ACCESS_KEY=$origin_key SHOAL_ORIGIN_SECRET_KEY=$origin_secret \
+  target/release/shoal-test-origin --listen 127.0.38.1:0 --bucket csi --seed "$work/seed" \
+  --addr-file "$work/origin.addr" 2>"$work/origin.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/origin.addr" ] && break; sleep 0.1; done
+origin=$(cat "$work/origin.addr" 2>/dev/null)
+cat >"$work/node.toml" <<TOML
+[origin]
+endpoint = "http://$origin"
+[origin.credentials]
+access_key_id = "$origin_key"
+secret_access_key = "$origin_secret"
+[node]
+listen = "127.0.38.2:0"
+[auth]
+[[auth.keys]]
+access_key_id = "$cluster_key"
+secret_access_key = "$cluster_secret"
+allow = ["*:*"]
+TOML
+RUST_LOG=info target/release/shoal-node --config "$work/node.toml" 2>"$work/node.log" &
+pids+=($!)
+node=
+for _ in $(seq 100); do
+  node=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$work/node.log" | head -1)
+  [ -n "$node" ] && break
+  sleep 0.1
+done
+if [ -n "$origin" ] && [ -n "$node" ]; then ok "origin on $origin, node on $node"; else
+  bad "origin and node start"; tail "$work/origin.log" "$work/node.log"; summary; fi
+
+echo "== a booted system with the package"
+start=$(date +%s%N)
+system_root || { bad "the system's root"; summary; }
+system_discard "$name"
+system_boot "$name" || { bad "system $name boots"; summary; }
+ok "system $name booted: $(in_system systemctl is-system-running) in $(ms "$start") ms"
+cp "$deb" "$(system_path /root/shoal.deb)"
+check "dpkg -i installs the package" in_system dpkg -i /root/shoal.deb
+
+# What the DaemonSet's pod gives the plugin: shoal-mount at a host path (its init
+# container), the mount config (its ConfigMap), the secrets as environment
+# variables (secretKeyRef), and kubelet's directories.
+mkdir -p "$(system_path "$pods")" "$(system_path /root/expect)"
+cp -r "$work/seed/." "$(system_path /root/expect)/"
+in_system install -D -m 0755 /usr/bin/shoal-mount "$plugin_dir/bin/shoal-mount"
+cat >"$(system_path /etc/shoal/mount.toml)" <<TOML
+# Origin keys from the credential chain (the driver's environment); the cluster
+# key's secret from the variable the DaemonSet fills from its Secret.
+[origin]
+endpoint = "http://$origin"
+region = "us-east-1"
+retry_base = "5ms"
+retry_max = "50ms"
+[cluster]
+nodes = ["$node"]
+connect_timeout = "300ms"
+first_byte_timeout = "1s"
+stall_timeout = "1s"
+[cluster.credentials]
+access_key_id = "$cluster_key"
+secret_access_key_env = "SHOAL_CLUSTER_SECRET"
+TOML
+(umask 077 && cat >"$(system_path /etc/shoal/csi-plugin.env)" <<ENV
+SHOAL_CLUSTER_SECRET=$cluster_secret
+AWS_ACCESS_KEY_ID=$origin_key
+AWS_SECRET_ACCESS_KEY=$origin_secret
+ENV
+)
+cat >"$(system_path /etc/systemd/system/shoal-csi-plugin.service)" <<UNIT
+[Unit]
+Description=shoal CSI node plugin, as the DaemonSet's container runs it
+
+[Service]
+ExecStart=/usr/bin/shoal-csi --endpoint=unix://$socket_in --node-id=%H --state-dir=$plugin_dir --launcher=systemd --mount-bin=$plugin_dir/bin/shoal-mount --default-config=/etc/shoal/mount.toml
+EnvironmentFile=/etc/shoal/csi-plugin.env
+Environment=RUST_LOG=info
+# kubelet starts a killed container again.
+Restart=always
+RestartSec=1
+UNIT
+in_system systemctl daemon-reload
+start=$(date +%s%N)
+in_system systemctl start shoal-csi-plugin
+probe=
+for _ in $(seq 100); do probe=$(kubelet probe 2>&1) && break; probe=; sleep 0.1; done
+if [[ $probe == *csi.shoal* ]]; then ok "plugin unit serves CSI on $socket_in in $(ms "$start") ms: $probe"; else
+  bad "plugin unit serves CSI"; in_system journalctl --no-pager -n 30 -u shoal-csi-plugin; summary; fi
+
+echo "== NodePublishVolume: a transient unit per volume"
+# What kubelet sends: the PV's attributes with its pod info, and the pod's token
+# among the secrets (the CSIDriver's tokenRequests).
+tokens="{\"sts.amazonaws.com\":{\"token\":\"$pod_token\",\"expirationTimestamp\":\"2030-01-01T00:00:00Z\"}}"
+target_a=$pods/pod-a/volumes/kubernetes.io~csi/pv-alpha/mount
+target_b=$pods/pod-b/volumes/kubernetes.io~csi/pv-beta/mount
+publish() { # VOLUME TARGET PREFIX POD
+  in_system mkdir -p "$(dirname "$2")"
+  kubelet publish "$1" "$2" --attr bucket=csi --attr "prefix=$3" \
+    --attr "csi.storage.k8s.io/pod.name=$4" --attr csi.storage.k8s.io/pod.namespace=default \
+    --attr "csi.storage.k8s.io/pod.uid=$4" --attr csi.storage.k8s.io/serviceAccount.name=default \
+    --secret "csi.storage.k8s.io/serviceAccount.tokens=$tokens"
+}
+units() { in_system systemctl list-units --all --plain --no-legend --no-pager 'shoal-csi-*' | awk '$1 != "shoal-csi-plugin.service"'; }
+start=$(date +%s%N)
+check "publish vol-alpha at pod-a's target" publish vol-alpha "$target_a" alpha pod-a
+echo "     publish took $(ms "$start") ms"
+check "publish vol-beta at pod-b's target" publish vol-beta "$target_b" beta pod-b
+units | sed 's/^/     list-units: /'
+# Each volume's unit, found by its mount's target (its command line's last word).
+unit_of() { units | awk -v t="$1" '$NF == t {print $1}'; }
+unit_a=$(unit_of "$target_a")
+unit_b=$(unit_of "$target_b")
+check "one transient unit per volume ($(units | wc -l) units: ${unit_a:-none} for pod-a's, ${unit_b:-none} for pod-b's)" \
+  test "$(units | wc -l)" = 2 -a "$(echo "$unit_a" | grep -c .)" = 1 -a "$(echo "$unit_b" | grep -c .)" = 1
+check "each unit's name says its volume" bash -c "[[ '$unit_a' == *vol-alpha* && '$unit_b' == *vol-beta* ]]"
+[ -n "$unit_a" ] && [ -n "$unit_b" ] || summary
+for u in $unit_a $unit_b; do
+  check "$u is active, a transient unit running shoal-mount from $plugin_dir/bin" bash -c "
+    s=\$(nsenter -t $SYSTEM_LEADER -a systemctl show -p ActiveState,Transient,ExecStart '$u')
+    echo \"\$s\"; grep -qx ActiveState=active <<<\"\$s\" && grep -qx Transient=yes <<<\"\$s\" &&
+    grep -q 'path=$plugin_dir/bin/shoal-mount' <<<\"\$s\""
+done
+check "both targets are FUSE mounts" in_system bash -c "findmnt -no FSTYPE '$target_a' | grep -qx fuse.shoal && findmnt -no FSTYPE '$target_b' | grep -qx fuse.shoal"
+check "reads byte-exact through both" in_system bash -c "
+  for f in big.bin small-1.bin small-2.bin small-3.bin; do cmp '$target_a'/\$f /root/expect/alpha/\$f || exit 1; done
+  cmp '$target_b'/other.bin /root/expect/beta/other.bin"
+admitted=$(curl -s "http://$node/metrics" | sed -n "s/^shoal_node_key_requests_total{key=\"$cluster_key\"} \([0-9.e+]*\)$/\1/p")
+check "the node admitted the mounts' reads, signed with the cluster secret from the plugin's environment ($admitted requests)" \
+  test "${admitted:-0}" != 0
+
+echo "== the plugin's unit SIGKILLed and started again, under a reader"
+# The reader: cmp of every file of vol-alpha, over and over, each call timed.
+in_system bash -c "
+  rm -f /run/reader.stop; calls=0; failed=0; slowest=0
+  while [ ! -e /run/reader.stop ]; do
+    for f in big.bin small-1.bin small-2.bin small-3.bin; do
+      t=\$(date +%s%N)
+      cmp -s '$target_a'/\$f /root/expect/alpha/\$f || failed=\$((failed + 1))
+      t=\$(((\$(date +%s%N) - t) / 1000000)); [ \$t -gt \$slowest ] && slowest=\$t
+      calls=\$((calls + 1))
+    done
+    echo \"\$calls \$failed \$slowest\" >/run/reader.out
+  done" &
+reader=$!
+pids+=($reader)
+sleep 2
+mounts_before=$(in_system systemctl show -p MainPID --value $unit_a $unit_b | tr '\n' ' ')
+plugin() { in_system systemctl show -p "$1" --value shoal-csi-plugin; }
+pid_before=$(plugin MainPID)
+invocation_before=$(plugin InvocationID)
+start=$(date +%s%N)
+check "systemctl kill -s KILL shoal-csi-plugin" in_system systemctl kill -s KILL shoal-csi-plugin
+back=
+for _ in $(seq 200); do
+  invocation=$(plugin InvocationID)
+  if [ "$invocation" != "$invocation_before" ] && kubelet probe >/dev/null 2>&1; then back=1; break; fi
+  sleep 0.1
+done
+if [ -n "$back" ]; then ok "the plugin was started again and answers in $(ms "$start") ms (MainPID $pid_before -> $(plugin MainPID))"; else
+  bad "the plugin was started again"; in_system journalctl --no-pager -n 20 -u shoal-csi-plugin; fi
+sleep 2
+touch "$(system_path /run/reader.stop)"
+wait "$reader"
+read -r calls rfailed slowest <"$(system_path /run/reader.out)"
+check "a reader across the kill: $calls calls, $rfailed failed, slowest $slowest ms" test "$calls" -gt 20 -a "$rfailed" = 0
+mounts_after=$(in_system systemctl show -p MainPID --value $unit_a $unit_b | tr '\n' ' ')
+check "the volumes' units were not touched (MainPIDs $mounts_before-> $mounts_after)" test "$mounts_before" = "$mounts_after" -a -n "${mounts_before// /}"
+in_system journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$invocation" >"$work/plugin-restarted.log"
+grep 'took back' "$work/plugin-restarted.log" | sed 's/^/     restarted plugin: /'
+check "the restarted plugin took back both volumes" bash -c \
+  "grep -q 'took back $target_a' '$work/plugin-restarted.log' && grep -q 'took back $target_b' '$work/plugin-restarted.log'"
+for v in vol-alpha:"$target_a" vol-beta:"$target_b"; do
+  stats=$(kubelet stats "${v%%:*}" "${v#*:}" 2>&1)
+  echo "     NodeGetVolumeStats ${v%%:*}: $stats"
+  check "NodeGetVolumeStats answers for ${v%%:*} after the restart: normal" bash -c \
+    "grep -q '\"abnormal\"' <<<'$stats' && exit 1; grep -q 'mounted, answering, and served' <<<'$stats' && grep -q '\"unit\": \"BYTES\"' <<<'$stats'"
+done
+again=$(publish vol-alpha "$target_a" alpha pod-a 2>&1)
+check "a publish of vol-alpha again (kubelet's after a restart) is OK ($again) and starts no unit ($(units | wc -l) units)" \
+  test "$again" = "{}" -a "$(units | wc -l)" = 2
+
+echo "== no secret in any unit's properties"
+in_system bash -c 'systemctl show --no-pager -- $(systemctl list-units --all --plain --no-legend --no-pager | awk "{print \$1}")' >"$work/show.txt"
+in_system ps -eo args >"$work/ps.txt"
+in_system journalctl --no-pager -o cat >"$work/journal.txt"
+for what in "systemctl show of every unit ($(grep -c '^Id=' "$work/show.txt") units):show.txt" \
+  "ps command lines ($(wc -l <"$work/ps.txt") processes):ps.txt" "the journal:journal.txt"; do
+  check "no secret in ${what%:*}" bash -c "! grep -n -e '$origin_secret' -e '$cluster_secret' -e '$pod_token' '$work/${what##*:}'"
+done
+check "the units run shoal-mount --env-file on a 0600 file of root's" bash -c "
+  for u in $unit_a $unit_b; do
+    f=\$(nsenter -t $SYSTEM_LEADER -a systemctl show -p ExecStart --value \$u | grep -o -- '--env-file [^ ;]*' | cut -d' ' -f2)
+    [ -n \"\$f\" ] && [ \"\$(nsenter -t $SYSTEM_LEADER -a stat -c '%a %U' \"\$f\")\" = '600 root' ] || { echo \"\$u: \$f\"; exit 1; }
+  done"
+
+echo "== NodeUnpublishVolume: the unit stops, the mount goes"
+start=$(date +%s%N)
+check "unpublish vol-alpha" kubelet unpublish vol-alpha "$target_a"
+echo "     unpublish took $(ms "$start") ms"
+gone() { ! in_system systemctl is-active -q "$1"; }
+check "$unit_a is gone ($(in_system systemctl show -p ActiveState,LoadState --value "$unit_a" | tr '\n' ' '))" gone "$unit_a"
+check "$target_a is unmounted and removed" in_system bash -c "! mountpoint -q '$target_a' && [ ! -e '$target_a' ]"
+check "vol-beta still reads byte-exact" in_system cmp "$target_b/other.bin" /root/expect/beta/other.bin
+check "unpublish vol-beta" kubelet unpublish vol-beta "$target_b"
+check "$unit_b is gone, its mount too" bash -c "! nsenter -t $SYSTEM_LEADER -a systemctl is-active -q '$unit_b' && ! nsenter -t $SYSTEM_LEADER -a mountpoint -q '$target_b'"
+check "no shoal-csi transient unit left" test -z "$(units)"
+summary
