@@ -2,7 +2,8 @@
 //! volumes, each read through the shoal cluster by a `shoal-mount` of its own.
 //!
 //! A publish ([`node`]) checks the request ([`volume`], [`options`]), finds the
-//! pod's role for `authenticationSource: pod` ([`pod_identity`]), writes the
+//! pod's role for `authenticationSource: pod` ([`pod_identity`], through
+//! [`kube`]), writes the
 //! volume's files under the state directory ([`published`]) and starts its
 //! mount's keeper outside the plugin ([`launch`]), then keeps a copy of the
 //! mount's connection. The plugin may restart at any time: at start it finds the
@@ -14,12 +15,14 @@ pub mod authority;
 pub mod condition;
 pub mod error;
 pub mod identity;
+pub mod kube;
 pub mod launch;
 pub mod node;
 pub mod options;
 pub mod pod_identity;
 pub mod published;
 pub mod volume;
+pub mod zone;
 
 #[allow(clippy::all, missing_docs)]
 pub mod proto {
@@ -30,8 +33,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::KubeApi;
 use launch::Launcher;
-use pod_identity::KubeApi;
 use published::{control_of, Published, Volumes};
 
 /// The topology key a zone is given under.

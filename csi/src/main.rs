@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use shoal_csi::kube::KubeApi;
 use shoal_csi::launch::Launcher;
-use shoal_csi::pod_identity::KubeApi;
+use shoal_csi::zone::{self, ZoneSource};
 use shoal_csi::{Plugin, PluginConfig};
 
 /// CSI node plugin for shoal (driver csi.shoal): S3 buckets as read-only volumes,
@@ -27,9 +28,14 @@ struct Args {
     #[arg(long, env = "CSI_NODE_ID")]
     node_id: String,
     /// This node's zone: reported as topology.kubernetes.io/zone, and the zone
-    /// its mounts route in.
+    /// its mounts prefer the nodes of.
     #[arg(long, env = "CSI_ZONE")]
     zone: Option<String>,
+    /// Read this node's zone from its topology.kubernetes.io/zone label (GET
+    /// /api/v1/nodes/NODE_ID from the Kubernetes API) at start. If it cannot be
+    /// read the plugin says why and runs with no zone.
+    #[arg(long, conflicts_with = "zone")]
+    zone_from_node: bool,
     /// Where published volumes' files are kept (configs, tokens, disk tiers, logs,
     /// control sockets); must outlive the plugin.
     #[arg(long, default_value = "/var/lib/kubelet/plugins/csi.shoal")]
@@ -45,8 +51,9 @@ struct Args {
     /// The mount config of a volume that names no config attribute.
     #[arg(long, default_value = "/etc/shoal/mount.toml")]
     default_config: PathBuf,
-    /// The Kubernetes API (for a pod's ServiceAccount role); in a cluster, the
-    /// API server of KUBERNETES_SERVICE_HOST with the pod's own token and CA.
+    /// The Kubernetes API (for a pod's ServiceAccount role, and this node's zone
+    /// with --zone-from-node); in a cluster, the API server of
+    /// KUBERNETES_SERVICE_HOST with the pod's own token and CA.
     #[arg(long)]
     kube_api: Option<String>,
     #[arg(long, requires = "kube_api")]
@@ -62,6 +69,9 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // Colours only for a terminal: under systemd (a unit, the DaemonSet's
+        // container) every journal line would carry their escape codes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match run(args) {
@@ -106,19 +116,25 @@ fn run(args: Args) -> Result<(), String> {
         },
         None => KubeApi::in_cluster(),
     };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let source = match (args.zone_from_node, args.zone) {
+        (true, _) => ZoneSource::FromNode,
+        (false, Some(z)) => ZoneSource::Given(z),
+        (false, None) => ZoneSource::None,
+    };
+    let zone = rt.block_on(zone::resolve(source, &kube, &args.node_id));
     let plugin = Plugin::start(PluginConfig {
         node_id: args.node_id,
-        zone: args.zone.filter(|z| !z.is_empty()),
+        zone,
         state_dir: args.state_dir,
         mount_bin,
         launcher: args.launcher,
         default_config: args.default_config,
         kube,
     })?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     rt.block_on(async {
         if let Some(dir) = socket.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -1,7 +1,8 @@
-//! The one Kubernetes API call a CSI node plugin makes, on loopback: a
+//! The Kubernetes API calls a CSI node plugin makes, on loopback: a
 //! ServiceAccount read (`GET /api/v1/namespaces/NS/serviceaccounts/NAME`), for
-//! the role its `eks.amazonaws.com/role-arn` annotation names. Requests must carry
-//! the plugin's bearer token, as the API server wants.
+//! the role its `eks.amazonaws.com/role-arn` annotation names, and a Node read
+//! (`GET /api/v1/nodes/NAME`), for its zone label. Requests must carry the
+//! plugin's bearer token, as the API server wants.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 type Accounts = Arc<Mutex<HashMap<(String, String), HashMap<String, String>>>>;
+/// Nodes by name, with their labels.
+type Nodes = Arc<Mutex<HashMap<String, HashMap<String, String>>>>;
 
 pub struct KubeApi {
     pub addr: std::net::SocketAddr,
@@ -20,6 +23,8 @@ pub struct KubeApi {
     pub token: String,
     accounts: Accounts,
     reads: Arc<Mutex<u64>>,
+    nodes: Nodes,
+    node_reads: Arc<Mutex<u64>>,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -30,16 +35,23 @@ impl KubeApi {
         let token = "kube-api-token-of-the-plugin".to_owned();
         let accounts: Accounts = Arc::default();
         let reads = Arc::new(Mutex::new(0));
+        let nodes: Nodes = Arc::default();
+        let node_reads = Arc::new(Mutex::new(0));
         let (a, t, r) = (accounts.clone(), token.clone(), reads.clone());
+        let (n, nr) = (nodes.clone(), node_reads.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else {
                     continue;
                 };
                 let (a, t, r) = (a.clone(), t.clone(), r.clone());
+                let (n, nr) = (n.clone(), nr.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
-                        let resp = answer(&a, &t, &r, req);
+                        let resp = match node_read(&n, &t, &nr, &req) {
+                            Some(resp) => resp,
+                            None => answer(&a, &t, &r, req),
+                        };
                         async move { Ok::<_, std::convert::Infallible>(resp) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -53,6 +65,8 @@ impl KubeApi {
             token,
             accounts,
             reads,
+            nodes,
+            node_reads,
             _task: task,
         }
     }
@@ -76,6 +90,72 @@ impl KubeApi {
     /// ServiceAccount reads answered so far.
     pub fn reads(&self) -> u64 {
         *self.reads.lock().unwrap()
+    }
+
+    /// A Node `name` with `labels`.
+    pub fn node(&self, name: &str, labels: &[(&str, &str)]) {
+        self.nodes.lock().unwrap().insert(
+            name.to_owned(),
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+    }
+
+    /// Node reads answered so far (with the right token).
+    pub fn node_reads(&self) -> u64 {
+        *self.node_reads.lock().unwrap()
+    }
+}
+
+/// The answer to a read of a Node, if `req` is one: the node with its labels,
+/// 404 for a node not made, 401 without the token.
+fn node_read(
+    nodes: &Nodes,
+    token: &str,
+    reads: &Mutex<u64>,
+    req: &Request<Incoming>,
+) -> Option<Response<Full<Bytes>>> {
+    let path = req.uri().path();
+    let name = path.strip_prefix("/api/v1/nodes/")?;
+    let reply = |status: StatusCode, body: String| {
+        Some(
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap(),
+        )
+    };
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if bearer != Some(token) {
+        return reply(
+            StatusCode::UNAUTHORIZED,
+            r#"{"kind":"Status","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#.into(),
+        );
+    }
+    *reads.lock().unwrap() += 1;
+    match nodes.lock().unwrap().get(name) {
+        Some(labels) => reply(
+            StatusCode::OK,
+            serde_json::json!({
+                "kind": "Node",
+                "apiVersion": "v1",
+                "metadata": {"name": name, "labels": labels},
+            })
+            .to_string(),
+        ),
+        None => reply(
+            StatusCode::NOT_FOUND,
+            format!(
+                r#"{{"kind":"Status","status":"Failure","message":"nodes \"{name}\" not found","reason":"NotFound","code":404}}"#
+            ),
+        ),
     }
 }
 

@@ -58,7 +58,7 @@ async fn volume_stats_see_a_mount_unserved_or_gone() {
     let n = NodeProcess::start(dir.path(), "n0", &node_toml(&o, "", ""));
     o.put(BUCKET, "s/f.txt", data(1000, 3));
     let cfg = dir.path().join("mount.toml");
-    std::fs::write(&cfg, mount_toml(&o, &[&n], "")).unwrap();
+    std::fs::write(&cfg, zoned_mount_toml(&o, &[(&n, ZONE)], "")).unwrap();
     let plugin = Plugin::start(dir.path(), &cfg, &[], &[]);
     let (_, mut node) = plugin.clients().await;
     let target = pod_volume_dir(dir.path(), "p1", "pv1");

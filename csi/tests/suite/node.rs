@@ -10,17 +10,24 @@ use shoal_csi::proto;
 
 /// The cluster, the origin with a small tree, a mount config, and the plugin.
 struct Rig {
-    _origin: Origin,
-    _nodes: Vec<NodeProcess>,
+    origin: Origin,
+    nodes: Vec<NodeProcess>,
     dir: tempfile::TempDir,
     plugin: Plugin,
     files: Vec<(String, bytes::Bytes)>,
 }
 
+/// Two nodes in the plugin's zone.
 async fn rig() -> Rig {
+    rig_in(&[ZONE, ZONE], &[]).await
+}
+
+/// A node in each of `zones`, listed with its zone in the mount config, and the
+/// plugin started with `plugin_args`.
+async fn rig_in(zones: &[&str], plugin_args: &[&str]) -> Rig {
     let o = origin().await;
     let dir = tempfile::tempdir().unwrap();
-    let nodes: Vec<NodeProcess> = (0..2)
+    let nodes: Vec<NodeProcess> = (0..zones.len())
         .map(|i| NodeProcess::start(dir.path(), &format!("n{i}"), &node_toml(&o, "", "")))
         .collect();
     let files: Vec<(String, bytes::Bytes)> = [
@@ -37,12 +44,12 @@ async fn rig() -> Rig {
         o.put(BUCKET, k, b.clone());
     }
     let cfg = dir.path().join("mount.toml");
-    let refs: Vec<&NodeProcess> = nodes.iter().collect();
-    std::fs::write(&cfg, mount_toml(&o, &refs, "")).unwrap();
-    let plugin = Plugin::start(dir.path(), &cfg, &[], &[]);
+    let zoned: Vec<(&NodeProcess, &str)> = nodes.iter().zip(zones.iter().copied()).collect();
+    std::fs::write(&cfg, zoned_mount_toml(&o, &zoned, "")).unwrap();
+    let plugin = Plugin::start(dir.path(), &cfg, plugin_args, &[]);
     Rig {
-        _origin: o,
-        _nodes: nodes,
+        origin: o,
+        nodes,
         dir,
         plugin,
         files,
@@ -449,4 +456,248 @@ fn dir_bytes(p: &std::path::Path) -> u64 {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// Requests a node sent to the origin for blocks and ranges (what it fetched to
+/// serve reads).
+async fn origin_fetches(node: &NodeProcess) -> f64 {
+    let page = scrape(&node.addr).await;
+    ["block", "range", "object"]
+        .iter()
+        .map(|k| {
+            metric(
+                &page,
+                &format!("shoal_node_origin_requests_total{{kind=\"{k}\"}}"),
+            )
+        })
+        .sum()
+}
+
+/// Block lookups a node answered from its RAM or disk tier.
+async fn node_hits(node: &NodeProcess) -> f64 {
+    let page = scrape(&node.addr).await;
+    metric(&page, "shoal_node_hits_total{tier=\"ram\"}")
+        + metric(&page, "shoal_node_hits_total{tier=\"disk\"}")
+}
+
+/// Publishes `data/` at a fresh target of pod `pod`, reads every file of it
+/// byte for byte, and returns the target (still published).
+async fn publish_and_read_all(r: &Rig, pod: &str) -> std::path::PathBuf {
+    let (_, mut node) = r.plugin.clients().await;
+    let target = pod_volume_dir(r.dir.path(), pod, "pv-zone");
+    node.node_publish_volume(publish(
+        "vol-zone",
+        &target,
+        &[("bucket", BUCKET), ("prefix", "data")],
+        &[],
+    ))
+    .await
+    .unwrap();
+    for (k, b) in r.files.iter().filter(|(k, _)| k.starts_with("data/")) {
+        let got = std::fs::read(target.join(k.strip_prefix("data/").unwrap())).unwrap();
+        assert!(got == *b, "{k} read byte for byte");
+    }
+    target
+}
+
+/// Blocks of the files under `data/` (1 MiB blocks): what reading them all
+/// asks of the cluster at least.
+fn data_blocks(r: &Rig) -> f64 {
+    r.files
+        .iter()
+        .filter(|(k, _)| k.starts_with("data/"))
+        .map(|(_, b)| b.len().div_ceil(1 << 20) as f64)
+        .sum()
+}
+
+/// The log of the one mount under the plugin's state.
+fn mount_log(r: &Rig) -> String {
+    std::fs::read_dir(r.plugin.state.join("volumes"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path().join("mount.log")).unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_volume_is_read_through_the_nodes_of_the_drivers_zone() {
+    // Two nodes in the driver's zone, one in another.
+    let r = rig_in(&[ZONE, ZONE, "zone-b"], &[]).await;
+    let (mine, other) = (&r.nodes[..2], &r.nodes[2]);
+    let target = publish_and_read_all(&r, "pz1").await;
+    let mut fetched = 0.0;
+    for n in mine {
+        fetched += origin_fetches(n).await;
+    }
+    // Every object GET the origin saw was a node filling a block: the mount
+    // itself asked the origin for none.
+    let gets = r.origin.stats.snapshot().object_gets() as f64;
+    assert!(
+        fetched >= data_blocks(&r),
+        "the nodes of zone {ZONE} fetched {fetched} blocks of {}",
+        data_blocks(&r)
+    );
+    assert_eq!(gets, fetched, "origin GETs against the nodes' fills");
+    assert_eq!(origin_fetches(other).await, 0.0, "the node of zone-b");
+    assert!(
+        mount_log(&r).contains("ranking the nodes of this client's zone"),
+        "{}",
+        mount_log(&r)
+    );
+
+    // A second pod's mount of it finds the blocks held by the nodes: hits, and
+    // nothing more from the origin.
+    let mut hits = 0.0;
+    for n in mine {
+        hits += node_hits(n).await;
+    }
+    let second = publish_and_read_all(&r, "pz2").await;
+    let mut hits_after = 0.0;
+    for n in mine {
+        hits_after += node_hits(n).await;
+    }
+    assert!(
+        hits_after - hits >= data_blocks(&r),
+        "node hits {hits} -> {hits_after}"
+    );
+    assert_eq!(
+        r.origin.stats.snapshot().object_gets() as f64,
+        gets,
+        "the second read reached no origin"
+    );
+    assert_eq!(node_hits(other).await, 0.0, "the node of zone-b");
+    let (_, mut node) = r.plugin.clients().await;
+    for t in [&target, &second] {
+        node.node_unpublish_volume(unpublish("vol-zone", t))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_whose_zone_has_no_node_reads_through_every_node() {
+    // The driver is in ZONE; no node is.
+    let r = rig_in(&["zone-b", "zone-c"], &[]).await;
+    let target = publish_and_read_all(&r, "pz3").await;
+    let mut fetched = 0.0;
+    for n in &r.nodes {
+        fetched += origin_fetches(n).await;
+    }
+    assert!(
+        fetched >= data_blocks(&r),
+        "the nodes fetched {fetched} blocks of {}",
+        data_blocks(&r)
+    );
+    assert_eq!(
+        r.origin.stats.snapshot().object_gets() as f64,
+        fetched,
+        "origin GETs against the nodes' fills: none from the mount"
+    );
+    assert!(
+        mount_log(&r).contains("ranking every node"),
+        "the mount says it: {}",
+        mount_log(&r)
+    );
+    let (_, mut node) = r.plugin.clients().await;
+    node.node_unpublish_volume(unpublish("vol-zone", &target))
+        .await
+        .unwrap();
+}
+
+/// `--zone-from-node` against the Kubernetes API mock, its token in `dir`.
+fn zone_from_node_args(kube: &KubeApi, dir: &std::path::Path, token: &str) -> Vec<String> {
+    let token_file = dir.join("kube-token");
+    std::fs::write(&token_file, token).unwrap();
+    vec![
+        "--zone-from-node".to_owned(),
+        format!("--kube-api={}", kube.url()),
+        format!("--kube-token-file={}", token_file.display()),
+    ]
+}
+
+async fn reported_zone(plugin: &Plugin) -> Option<String> {
+    let (_, mut node) = plugin.clients().await;
+    let info = node
+        .node_get_info(proto::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    info.accessible_topology
+        .and_then(|t| t.segments.get(shoal_csi::ZONE_KEY).cloned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zone_comes_from_the_nodes_label_and_its_mounts_prefer_it() {
+    let kube = KubeApi::start().await;
+    kube.node(
+        "node-1",
+        &[
+            (shoal_csi::ZONE_KEY, "zone-b"),
+            ("kubernetes.io/os", "linux"),
+        ],
+    );
+    let tokens = tempfile::tempdir().unwrap();
+    let args = zone_from_node_args(&kube, tokens.path(), &kube.token);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // A node in zone-a, one in zone-b: the label's zone, not the default one.
+    let r = rig_in(&[ZONE, "zone-b"], &args).await;
+    assert_eq!(kube.node_reads(), 1, "{}", r.plugin.log_text());
+    assert_eq!(reported_zone(&r.plugin).await.as_deref(), Some("zone-b"));
+    let target = publish_and_read_all(&r, "pz4").await;
+    let fetched = origin_fetches(&r.nodes[1]).await;
+    assert!(
+        fetched >= data_blocks(&r),
+        "the node of zone-b fetched {fetched} blocks of {}",
+        data_blocks(&r)
+    );
+    assert_eq!(origin_fetches(&r.nodes[0]).await, 0.0, "the node of zone-a");
+    assert_eq!(
+        r.origin.stats.snapshot().object_gets() as f64,
+        fetched,
+        "origin GETs against the node's fills"
+    );
+    let (_, mut node) = r.plugin.clients().await;
+    node.node_unpublish_volume(unpublish("vol-zone", &target))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_that_cannot_be_read_leaves_the_plugin_serving_with_none() {
+    let kube = KubeApi::start().await;
+    kube.node("node-1", &[("kubernetes.io/os", "linux")]);
+    let dir = tempfile::tempdir().unwrap();
+    let unreachable = format!("http://{}", free_addr());
+    // (why, the token it shows, the API it asks, what its log must say)
+    let cases = [
+        (
+            "no zone label",
+            kube.token.as_str(),
+            kube.url(),
+            "has no topology.kubernetes.io/zone label",
+        ),
+        ("refused", "not-the-token", kube.url(), "401"),
+        (
+            "unreachable",
+            kube.token.as_str(),
+            unreachable,
+            "cannot read node node-1's",
+        ),
+    ];
+    for (i, (why, token, url, says)) in cases.into_iter().enumerate() {
+        let d = dir.path().join(format!("case{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let mut args = zone_from_node_args(&kube, &d, token);
+        args[1] = format!("--kube-api={url}");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let plugin = Plugin::start(&d, &d.join("none.toml"), &args, &[]);
+        assert_eq!(reported_zone(&plugin).await, None, "{why}");
+        let log = plugin.log_text();
+        assert!(log.contains(says), "{why}: the log says {says:?}: {log}");
+        assert!(
+            log.contains("running with no zone"),
+            "{why}: the log says what the plugin does: {log}"
+        );
+    }
+    assert_eq!(kube.node_reads(), 1, "only the right token's read counts");
 }

@@ -29,7 +29,7 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
     let cfg = dir.path().join("mount.toml");
     std::fs::write(
         &cfg,
-        mount_toml(&o, &[&node], "[cache]\nram_size = \"8MiB\"\n"),
+        zoned_mount_toml(&o, &[(&node, ZONE)], "[cache]\nram_size = \"8MiB\"\n"),
     )
     .unwrap();
     let mut plugin = Plugin::start(dir.path(), &cfg, &[], &[]);

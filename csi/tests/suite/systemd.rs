@@ -79,7 +79,7 @@ async fn a_units_secrets_come_from_a_private_file_not_its_command_line() {
     // The mount signs its requests to the node with the secret in the
     // variable the config names, as the DaemonSet's config does.
     let inline = format!("secret_access_key = \"{NODE_SECRET}\"\n");
-    let mount_cfg = mount_toml(&o, &[&n], "");
+    let mount_cfg = zoned_mount_toml(&o, &[(&n, ZONE)], "");
     assert_eq!(mount_cfg.matches(&inline).count(), 1, "{mount_cfg}");
     let mount_cfg = mount_cfg.replace(
         &inline,

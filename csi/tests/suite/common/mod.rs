@@ -17,6 +17,27 @@ pub use shoal_testkit::*;
 
 pub const CSI: &str = env!("CARGO_BIN_EXE_shoal-csi");
 
+/// The zone the plugin is given (`--zone`) unless a test gives it another, and
+/// the zone the tests' nodes are in: their reads go through the nodes.
+pub const ZONE: &str = "zone-a";
+
+/// A mount config as [`mount_toml`]'s, each node listed with a zone
+/// (`{ id = "...", zone = "..." }`): `nodes` pairs a node with its zone.
+pub fn zoned_mount_toml(o: &Origin, nodes: &[(&NodeProcess, &str)], extra: &str) -> String {
+    let refs: Vec<&NodeProcess> = nodes.iter().map(|(n, _)| *n).collect();
+    let plain = mount_toml(o, &refs, extra);
+    let specs: Vec<String> = nodes
+        .iter()
+        .map(|(n, z)| format!("{{ id = \"{}\", zone = \"{z}\" }}", n.addr))
+        .collect();
+    let zoned = format!("nodes = [{}]", specs.join(", "));
+    let line = plain
+        .lines()
+        .find(|l| l.starts_with("nodes = ["))
+        .expect("a node list");
+    plain.replacen(line, &zoned, 1)
+}
+
 /// A running plugin; SIGKILLed (its whole process group) when dropped. Mounts it
 /// published are left to the test to unpublish.
 pub struct Plugin {
@@ -30,17 +51,21 @@ pub struct Plugin {
 
 impl Plugin {
     /// `shoal-csi` on a socket under `dir`, state in `dir/state`, `config` as the
-    /// default mount config, `extra` arguments and `env`.
+    /// default mount config, in [`ZONE`] unless `extra` names a `--zone`, with
+    /// `extra` arguments and `env`.
     pub fn start(dir: &Path, config: &Path, extra: &[&str], env: &[(String, String)]) -> Plugin {
         let socket = dir.join("plugin/csi.sock");
         let state = dir.join("state");
         let mut args = vec![
             format!("--endpoint=unix://{}", socket.display()),
             "--node-id=node-1".to_owned(),
-            "--zone=zone-a".to_owned(),
             format!("--state-dir={}", state.display()),
             format!("--default-config={}", config.display()),
         ];
+        // A test that names the zone (or where it comes from) says it alone.
+        if !extra.iter().any(|a| a.starts_with("--zone")) {
+            args.push(format!("--zone={ZONE}"));
+        }
         if !extra.iter().any(|a| a.starts_with("--mount-bin")) {
             args.push(format!("--mount-bin={}", bin("shoal-mount").display()));
         }
