@@ -70,8 +70,10 @@ pub fn parse_source(s: &str) -> Result<(String, String), String> {
     Ok((bucket.to_owned(), prefix))
 }
 
-/// The mountpoint must be an empty directory with nothing mounted on it.
+/// The mountpoint must be an empty directory with nothing mounted on it (a
+/// shoal mount whose keeper died is taken off first).
 pub fn check_mountpoint(p: &Path) -> Result<PathBuf, String> {
+    detach_if_dead(p);
     let meta = std::fs::metadata(p).map_err(|e| format!("mountpoint {}: {e}", p.display()))?;
     if !meta.is_dir() {
         return Err(format!("mountpoint {} is not a directory", p.display()));
@@ -96,21 +98,62 @@ pub fn check_mountpoint(p: &Path) -> Result<PathBuf, String> {
 
 /// Whether `p` is a mount point, from /proc/self/mountinfo.
 pub fn is_mounted(p: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
+    fstype_at(p).is_some()
+}
+
+/// The type of what is mounted on top at `p` (`fuse.shoal`), from
+/// /proc/self/mountinfo.
+fn fstype_at(p: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = p.to_string_lossy();
-    info.lines().any(|l| {
-        l.split(' ')
-            .nth(4)
-            .map(|m| {
-                m.replace("\\040", " ")
-                    .replace("\\011", "\t")
-                    .replace("\\012", "\n")
-                    .replace("\\134", "\\")
-            })
-            .is_some_and(|m| m == want)
-    })
+    info.lines()
+        .filter(|l| {
+            l.split(' ')
+                .nth(4)
+                .map(|m| {
+                    m.replace("\\040", " ")
+                        .replace("\\011", "\t")
+                        .replace("\\012", "\n")
+                        .replace("\\134", "\\")
+                })
+                .is_some_and(|m| m == want)
+        })
+        .last()
+        .and_then(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_owned))
+}
+
+/// A keeper killed with its server (`systemctl kill -s KILL`, the OOM killer)
+/// leaves its mount behind with no one to answer it: every call fails with
+/// ENOTCONN, and nothing could mount there again, so systemd's `Restart=` or an
+/// fstab `mount` would fail on a busy mountpoint for ever. Such a mount of ours
+/// is detached (lazily: a process may still be in it). A live one is left
+/// alone: a keeper, or a CSI driver holding a copy of the connection, answers.
+fn detach_if_dead(p: &Path) {
+    if !std::fs::read_dir(p).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN)) {
+        return;
+    }
+    // A dead mount's root cannot be resolved (that stats it): its parent can.
+    let Some(name) = p.file_name() else { return };
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(abs) = std::fs::canonicalize(dir).map(|d| d.join(name)) else {
+        return;
+    };
+    if fstype_at(&abs).as_deref() != Some("fuse.shoal") {
+        return;
+    }
+    match kernel::mount::unmount(&abs, true) {
+        Ok(()) => tracing::warn!(
+            "{} held a mount left by a keeper that died (ENOTCONN): detached it",
+            abs.display()
+        ),
+        Err(e) => tracing::warn!(
+            "{} holds a mount left by a keeper that died, and it cannot be detached: {e}",
+            abs.display()
+        ),
+    }
 }
 
 pub(crate) fn access_error(spec: &MountSpec, e: StoreError) -> String {

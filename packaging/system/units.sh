@@ -127,6 +127,9 @@ readers_stop() {
 }
 
 prop() { in_system systemctl show -p "$1" --value "$2"; }
+# From the mount table, not mountpoint(1): a dead FUSE mount fails its stat and
+# would pass for unmounted.
+mounted() { in_system findmnt -rn --mountpoint "$1" >/dev/null; }
 healthz() { curl -fsS --max-time 2 "http://$node_addr/healthz" >/dev/null; }
 
 echo "== shoal-node.service"
@@ -237,7 +240,7 @@ mount_config data /mnt/data
 t0=$(date +%s%N)
 in_system systemctl start $mount >"$work/start.log" 2>&1
 start_rc=$?; took=$(ms "$t0")
-if [ $start_rc -eq 0 ] && in_system mountpoint -q /mnt/data; then
+if [ $start_rc -eq 0 ] && mounted /mnt/data; then
   ok "systemctl start shoal-mount@data returned in $took ms with /mnt/data mounted"
 else
   bad "systemctl start shoal-mount@data mounts /mnt/data (start rc $start_rc, $(prop ActiveState $mount))"
@@ -294,6 +297,26 @@ else
   bad "kill -KILL of the server under 4 readers: restarts $(status restarts), server $server -> $(status server); $calls calls, $fails failed, $enotconn ENOTCONN, slowest $slowest ms"
 fi
 
+# The whole unit killed (the keeper with its server: what the OOM killer or a
+# crash of the keeper does) leaves a dead mount; systemd starts it again after
+# RestartSec, and the mount must come back in its place.
+restart_sec=$(prop RestartUSec $mount)
+t0=$(date +%s%N)
+in_system systemctl kill -s KILL $mount
+for _ in $(seq 300); do
+  [ "$(prop ActiveState $mount)" = active ] && [ "$(prop MainPID $mount)" != "$keeper" ] &&
+    in_system cmp -s /mnt/data/node.toml /root/seed/node.toml && break
+  sleep 0.05
+done
+took=$(ms "$t0")
+detached=$(in_system journalctl -u $mount --no-pager -o cat | grep -c 'left by a keeper that died')
+if [ "$(prop ActiveState $mount)" = active ] && in_system cmp -s /mnt/data/node.toml /root/seed/node.toml && [ "$detached" -gt 0 ]; then
+  ok "systemctl kill -s KILL shoal-mount@data (keeper and server): the dead mount detached and mounted again by systemd in $took ms (RestartSec=$restart_sec), NRestarts=$(prop NRestarts $mount)"
+else
+  bad "systemctl kill -s KILL shoal-mount@data: mounted again by systemd (after $took ms: $(prop ActiveState $mount)/$(prop SubState $mount))"
+  in_system journalctl -u $mount --no-pager -o cat | tail -3 | sed 's/^/     /'
+fi
+
 echo "== journalctl"
 journal_has() {
   in_system journalctl -u "$1" --no-pager -o cat >"$work/journal.log"
@@ -343,10 +366,10 @@ t0=$(date +%s%N)
 in_system systemctl stop $mount
 took=$(ms "$t0")
 state=$(prop ActiveState $mount); result=$(prop Result $mount)
-if ! in_system mountpoint -q /mnt/data && [ "$state" = inactive ] && [ "$result" = success ]; then
+if ! mounted /mnt/data && [ "$state" = inactive ] && [ "$result" = success ]; then
   ok "systemctl stop shoal-mount@data unmounted /mnt/data in $took ms (ActiveState=$state Result=$result)"
 else
-  bad "systemctl stop shoal-mount@data unmounts (mounted: $(in_system mountpoint -q /mnt/data && echo yes || echo no), ActiveState=$state Result=$result)"
+  bad "systemctl stop shoal-mount@data unmounts (mounted: $(mounted /mnt/data && echo yes || echo no), ActiveState=$state Result=$result)"
 fi
 
 echo "== at boot: fstab and enabled units"
@@ -376,7 +399,7 @@ for m in "$fstab_unit:/mnt/fstab" "$mount:/mnt/data"; do
   began=$(prop InactiveExitTimestampMonotonic "$unit")
   same=0
   for f in "${files[@]}"; do in_system cmp "$dir/$f" "/root/seed/$f" && same=$((same + 1)); done
-  if in_system mountpoint -q "$dir" && [ "$same" -eq ${#files[@]} ]; then
+  if mounted "$dir" && [ "$same" -eq ${#files[@]} ]; then
     ok "$unit: $dir mounted at boot, $same files byte-exact"
   else
     bad "$unit: $dir mounted at boot and byte-exact ($(prop ActiveState "$unit"), $same of ${#files[@]} files the same)"

@@ -451,3 +451,55 @@ async fn find_over_a_tree_lists_each_directory_once_and_ahead() {
     assert_eq!(value("shoal_mount_listings_total"), 14.0);
     assert_eq!(value("shoal_mount_prefetched_listings_total"), 10.0);
 }
+
+/// A keeper killed together with its server (`systemctl kill -s KILL` on the
+/// unit, the OOM killer) leaves its mountpoint answering ENOTCONN. Starting the
+/// mount again there (systemd's `Restart=`, `mount` of an fstab line) detaches
+/// the dead mount and mounts afresh, instead of failing on a busy mountpoint
+/// for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_left_dead_by_a_killed_keeper_is_mounted_again_on_start() {
+    let o = origin().await;
+    o.put(BUCKET, "x.txt", &b"present"[..]);
+    let toml = mount_toml(&o, &[], "");
+    let mut m = Mount::start(&toml, BUCKET, &[]);
+    assert_eq!(std::fs::read(m.path("x.txt")).unwrap(), b"present");
+    let server = m.server_pid();
+    let mut keeper = m.child.take().unwrap();
+    signal(server, "-KILL");
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    let dead = |e: &std::io::Error| e.raw_os_error() == Some(libc::ENOTCONN);
+    wait_until("the mount is dead", Duration::from_secs(10), || {
+        std::fs::read_dir(&m.mnt).is_err_and(|e| dead(&e))
+    });
+    assert!(m.is_mounted(), "the dead mount is still there");
+
+    let log = m.dir.path().join("again.log");
+    let again = std::process::Command::new(MOUNT)
+        .arg("--config")
+        .arg(m.dir.path().join("mount.toml"))
+        .arg("--foreground")
+        .arg(BUCKET)
+        .arg(&m.mnt)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    m.child = Some(again);
+    wait_until("mounted again", Duration::from_secs(20), || {
+        if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!(
+                "shoal-mount exited instead of mounting again ({status}): {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::fs::read(m.path("x.txt")).is_ok_and(|b| b == b"present")
+    });
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("left by a keeper that died"),
+        "the detach is logged: {said}"
+    );
+}
