@@ -62,6 +62,68 @@ fn golden_vectors_v1() {
     }
 }
 
+/// The golden cases' nodes as a config's node list, each in `zone`, among two
+/// nodes of another zone: a client of `client_zone` ranks through its
+/// membership's set.
+fn zoned_ranking(c: &Case, zone: &str, client_zone: &str) -> Vec<String> {
+    let mut specs: Vec<String> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{{ id = \"{}\", weight = {:?}, zone = \"{zone}\" }}",
+                n.id, n.weight
+            )
+        })
+        .collect();
+    for i in 0..2 {
+        specs.push(format!(
+            "{{ id = \"elsewhere-{i}.example:9000\", zone = \"x\" }}"
+        ));
+    }
+    let text = format!(
+        "[cluster]\nzone = \"{client_zone}\"\nnodes = [{}]\n",
+        specs.join(", ")
+    );
+    let cfg = shoal::config::Config::parse(&text, "t.toml", &shoal::config::ProcessEnv)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let m = shoal::route::Membership::from_config(cfg.cluster().unwrap());
+    m.current()
+        .rank_ids(&BlockId {
+            bucket: &c.bucket,
+            key: &c.key,
+            index: c.index,
+        })
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A client with a zone ranks the nodes of its zone exactly as the golden
+/// vectors rank them alone; a client whose zone has no node ranks every node
+/// (never an empty set), each zone's nodes placed as the spec places them.
+#[test]
+fn golden_vectors_v1_hold_within_a_zone() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/routing-v1.json");
+    let cases: Vec<Case> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        assert_eq!(zoned_ranking(c, "a", "a"), c.ranking, "case {i} in zone a");
+        // Zone c has no node: the golden nodes and the two of zone x, all ranked,
+        // the golden nodes in their golden order among them.
+        let all = zoned_ranking(c, "a", "c");
+        assert_eq!(all.len(), c.nodes.len() + 2, "case {i} from zone c");
+        let golden: Vec<&String> = all
+            .iter()
+            .filter(|id| !id.starts_with("elsewhere-"))
+            .collect();
+        assert_eq!(
+            golden,
+            c.ranking.iter().collect::<Vec<_>>(),
+            "case {i} from zone c"
+        );
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct PageCase {
     nodes: Vec<NodeJ>,
