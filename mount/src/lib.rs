@@ -102,12 +102,13 @@ pub fn is_mounted(p: &Path) -> bool {
 }
 
 /// The type of what is mounted on top at `p` (`fuse.shoal`), from
-/// /proc/self/mountinfo.
+/// /proc/self/mountinfo (the last line for `p` is the one on top).
 fn fstype_at(p: &Path) -> Option<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = p.to_string_lossy();
     info.lines()
-        .filter(|l| {
+        .rev()
+        .find(|l| {
             l.split(' ')
                 .nth(4)
                 .map(|m| {
@@ -118,7 +119,6 @@ fn fstype_at(p: &Path) -> Option<String> {
                 })
                 .is_some_and(|m| m == want)
         })
-        .last()
         .and_then(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_owned))
 }
 
