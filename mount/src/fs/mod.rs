@@ -16,14 +16,15 @@
 //!   opened) have the entries after them fetched ahead: a file's first block, a
 //!   directory's listing.
 //!
-//! A read: [`Fs::read`] finds the handle, moves its [`readahead`] (sequential
-//! reads keep blocks in flight from `read_window` up, doubling while throughput
-//! still rises, to the in-flight budget; reads the kernel sends out of order on
-//! its threads stay one run; a random read starts over, keeping the limit
-//! learned), and asks the cluster reader for the bytes: slices of whole blocks
-//! for a sequential run, each answered as soon as its own bytes have arrived
-//! (the reply goes out from the block's buffers), just the range for a random
-//! read inside one block.
+//! A read: [`Fs::read`] finds the handle, moves its [`readahead`] (reads that
+//! continue the last one keep blocks in flight from one up, doubling while
+//! throughput still rises, to the in-flight budget; reads the kernel sends out
+//! of order on its threads stay one run; a file's first read and any jump fetch
+//! nothing ahead, keeping the limit learned), and asks the cluster reader for
+//! the bytes: slices of whole blocks for a sequential run, each answered as
+//! soon as its own bytes have arrived (the reply goes out from the block's
+//! buffers), just each block's part of the range for any other read. A file's
+//! first read tells its directory's walk whether its files are read whole.
 //! Errno lives in one place, [`error`].
 
 mod error;
@@ -370,7 +371,7 @@ impl Fs {
             Ok(parts) => {
                 // A whole block gone into the page cache is kept there: its
                 // buffer is free again while still in the CPU's cache.
-                if sequential && page_cache && offset.is_multiple_of(bs) && end - offset == bs {
+                if page_cache && offset.is_multiple_of(bs) && end - offset == bs {
                     f.handle.let_go(offset / bs);
                 }
                 let n: usize = parts.iter().map(Bytes::len).sum();

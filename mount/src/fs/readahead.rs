@@ -5,11 +5,12 @@
 //! fetched across a region the reader skipped. A file's first read only starts a
 //! run: a reader that opens a file and reads its end first (a Parquet or ORC
 //! footer, a zip's directory) is not scanning it, and one that is scanning
-//! shows it at its second read. Once a run is going, its reads may arrive a
-//! little out of order (the kernel's read-ahead requests reach the daemon on
-//! several threads): a read up to half the window (at least a block) past the
-//! run's end still continues it, and one up to a window behind it is part of it
-//! without growing anything.
+//! shows it at its second read. Once a run is going (or from a file's start),
+//! its reads may arrive a little out of order (the kernel's read-ahead
+//! requests reach the daemon on several threads): a read up to a window (at
+//! least a block) past the run's end still continues it, and one up to a
+//! window (at least two blocks) behind it is part of it without growing
+//! anything.
 //!
 //! The limit starts at `read_window` and adapts to the path: each time a
 //! sequential reader has read a whole window's worth at the current limit, the
@@ -115,12 +116,15 @@ impl Readahead {
         let Some((lo, next)) = self.run else {
             return Step::Jump;
         };
-        let ahead = if self.window == 0 {
-            PAD
+        // A run going (or a scan from the file's start, whose first requests
+        // may come in any order) tolerates the order its requests arrive in: a
+        // window of them, at least a block, on either side of its end.
+        let (ahead, behind) = if self.window > 0 || lo == 0 {
+            let w = bs.max(self.window * bs);
+            (w, w.max(2 * bs))
         } else {
-            PAD.max(bs).max(self.window * bs / 2)
+            (PAD, PAD)
         };
-        let behind = PAD.max(self.window * bs);
         if end > next && offset <= next + ahead && offset + behind >= lo {
             self.run = Some((lo.min(offset), end));
             Step::Continues
@@ -233,16 +237,19 @@ mod tests {
         );
         for rg in 0..8u64 {
             let at = 128 * kb + rg * 7 * mb;
-            // Two chunks next to each other, read apart: one run.
             assert_eq!(ra.advance(at, at + 300 * kb, mb, 8, 64, t), None, "{rg}");
             assert!(!ra.sequential());
         }
         // A gap past the padding is a jump even right after a run's read.
-        assert_eq!(ra.advance(0, 256 * kb, mb, 8, 64, t), None);
-        assert_eq!(ra.advance(400 * kb, 600 * kb, mb, 8, 64, t), None);
+        let at = 8 * mb;
+        assert_eq!(ra.advance(at, at + 256 * kb, mb, 8, 64, t), None);
+        assert_eq!(ra.advance(at + 400 * kb, at + 600 * kb, mb, 8, 64, t), None);
         assert!(!ra.sequential());
         // Within the padding, it continues: one block ahead of the read.
-        assert_eq!(ra.advance(650 * kb, 900 * kb, mb, 8, 64, t), Some((1, 1)));
+        assert_eq!(
+            ra.advance(at + 650 * kb, at + 900 * kb, mb, 8, 64, t),
+            Some((9, 1))
+        );
     }
 
     #[test]
