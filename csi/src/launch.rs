@@ -36,8 +36,10 @@ pub struct Launch {
     pub env: Vec<(String, Option<String>)>,
     /// The mount's log.
     pub log: PathBuf,
-    /// A unit name for `systemd`.
+    /// A unit name for `systemd` ([`unit_name`]).
     pub unit: String,
+    /// What `systemctl status` says the unit is: the volume and its target.
+    pub description: String,
     /// Where a `systemd` unit's environment is written for it (mode 0600).
     pub env_file: PathBuf,
 }
@@ -79,6 +81,7 @@ impl Launcher {
                 })?;
                 let mut cmd = Command::new("systemd-run");
                 cmd.arg(format!("--unit={}", l.unit))
+                    .arg(format!("--description={}", l.description))
                     .args(["--collect", "--quiet", "--property=Type=notify"])
                     .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"])
                     .arg("--")
@@ -151,6 +154,27 @@ impl Launcher {
     }
 }
 
+/// Longest part of a unit's name taken from its volume's id: CSI allows ids far
+/// longer than systemd's 256-byte names.
+const UNIT_VOLUME_MAX: usize = 64;
+
+/// The unit of volume `volume_id` published at the target whose files are in
+/// the directory `dir_name`: `shoal-csi-VOLUME-DIR.service`, so that
+/// `systemctl list-units` says which volume each is, the directory's name
+/// keeping apart two publishes of one volume (two pods). What a unit name cannot
+/// hold becomes `_`.
+pub fn unit_name(volume_id: &str, dir_name: &str) -> String {
+    let volume: String = volume_id
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' | ':' => c,
+            _ => '_',
+        })
+        .take(UNIT_VOLUME_MAX)
+        .collect();
+    format!("shoal-csi-{volume}-{dir_name}.service")
+}
+
 /// What a unit's mount runs with: the plugin's variables it needs too, then the
 /// volume's own (`None` takes one away).
 fn unit_env(volume: &[(String, Option<String>)]) -> Vec<(String, String)> {
@@ -183,5 +207,26 @@ fn apply_env(cmd: &mut Command, env: &[(String, Option<String>)]) {
             Some(v) => cmd.env(k, v),
             None => cmd.env_remove(k),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_units_name_says_its_volume_and_is_one_systemd_takes() {
+        assert_eq!(
+            unit_name("vol-alpha", "f288a7f4af2654cb"),
+            "shoal-csi-vol-alpha-f288a7f4af2654cb.service"
+        );
+        // A volumeHandle of a bucket and prefix, a template's @, spaces, non-ASCII.
+        assert_eq!(
+            unit_name("bucket/data set@é", "0123456789abcdef"),
+            "shoal-csi-bucket_data_set__-0123456789abcdef.service"
+        );
+        let long = unit_name(&"v".repeat(1000), "0123456789abcdef");
+        assert!(long.len() < 256, "{}", long.len());
+        assert!(long.contains(&"v".repeat(UNIT_VOLUME_MAX)));
     }
 }

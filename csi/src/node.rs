@@ -351,9 +351,14 @@ impl Plugin {
             env: r.env.clone(),
             log: dir.join("mount.log"),
             env_file: dir.join("unit.env"),
-            unit: format!(
-                "shoal-csi-{}",
-                dir.file_name().unwrap_or_default().to_string_lossy()
+            unit: crate::launch::unit_name(
+                &r.fingerprint.volume_id,
+                &dir.file_name().unwrap_or_default().to_string_lossy(),
+            ),
+            description: format!(
+                "shoal CSI volume {} at {}",
+                r.fingerprint.volume_id,
+                r.target.display()
             ),
         }
     }

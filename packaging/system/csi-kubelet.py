@@ -3,6 +3,7 @@
 packaging/system/csi.sh: grpc-python with stubs compiled from csi/proto.
 
   csi-kubelet.py SOCKET probe
+  csi-kubelet.py SOCKET info
   csi-kubelet.py SOCKET publish VOLUME TARGET [--attr K=V]... [--secret K=V]... [--flag F]...
   csi-kubelet.py SOCKET unpublish VOLUME TARGET
   csi-kubelet.py SOCKET stats VOLUME TARGET
@@ -47,7 +48,7 @@ def pairs(items):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("socket")
-    p.add_argument("call", choices=["probe", "publish", "unpublish", "stats"])
+    p.add_argument("call", choices=["probe", "info", "publish", "unpublish", "stats"])
     p.add_argument("volume", nargs="?")
     p.add_argument("target", nargs="?")
     p.add_argument("--attr", action="append")
@@ -64,6 +65,8 @@ def main():
         try:
             if a.call == "probe":
                 answer = identity.GetPluginInfo(pb.GetPluginInfoRequest(), timeout=10)
+            elif a.call == "info":
+                answer = node.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=10)
             elif a.call == "publish":
                 cap = pb.VolumeCapability(
                     mount=pb.VolumeCapability.MountVolume(mount_flags=a.flag or []),

@@ -6,7 +6,8 @@
 # container's come from a Secret), `--launcher systemd` so that every volume's
 # mount is a transient unit of that system's systemd, and kubelet played by a CSI
 # client (packaging/system/csi-kubelet.py) over the plugin's socket. The origin and
-# a cache node run on the host (loopback is shared), on 127.0.38.x.
+# a cache node run on the host (loopback is shared), on 127.0.38.x, and so does a
+# stand-in for the Kubernetes API the plugin reads its node's zone from.
 # Usage: packaging/system/csi.sh SHOAL.deb. Prints "csi: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,7 @@ source packaging/system/lib.sh
 passed=0; failed=0
 ok() { echo "ok   $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL $1"; failed=$((failed + 1)); }
-check() { local what=$1; shift; if "$@" >"$work/check.log" 2>&1; then ok "$what"; else bad "$what"; sed 's/^/     /' "$work/check.log" | tail -20; fi; }
+check() { local what=$1; shift; if "$@" >"$work/check.log" 2>&1; then ok "$what"; else bad "$what"; sed 's/^/     /' "$work/check.log" | tail -20; return 1; fi; }
 summary() { echo "csi: $passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
 
 name=csi
@@ -45,6 +46,9 @@ origin_secret=origin-secret-$stamp
 cluster_key=csi-cluster
 cluster_secret=cluster-secret-$stamp
 pod_token=pod-token-$stamp
+kube_token=kube-token-$stamp
+node_name=system-csi-node
+zone=zone-a
 
 echo "== tools"
 python3 -c 'import grpc, grpc_tools' 2>/dev/null || python3 -m pip install --quiet grpcio grpcio-tools ||
@@ -84,14 +88,43 @@ allow = ["*:*"]
 TOML
 RUST_LOG=info target/release/shoal-node --config "$work/node.toml" 2>"$work/node.log" &
 pids+=($!)
+# The API server as far as the plugin reads it: its own node, with the zone
+# label, for its service account's token alone.
+cat >"$work/kube.py" <<PY
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.headers.get("Authorization") == "Bearer $kube_token"
+        if not ok:
+            code, body = 401, {"kind": "Status", "message": "Unauthorized"}
+        elif self.path == "/api/v1/nodes/$node_name":
+            code, body = 200, {"kind": "Node", "metadata": {"name": "$node_name",
+                               "labels": {"topology.kubernetes.io/zone": "$zone"}}}
+        else:
+            code, body = 404, {"kind": "Status", "message": "not found"}
+        b = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+        print(code, self.path, file=sys.stderr, flush=True)
+s = http.server.HTTPServer(("127.0.38.3", 0), H)
+open("$work/kube.addr", "w").write("%s:%d" % s.server_address)
+s.serve_forever()
+PY
+python3 "$work/kube.py" 2>"$work/kube.log" &
+pids+=($!)
 node=
 for _ in $(seq 100); do
   node=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$work/node.log" | head -1)
   [ -n "$node" ] && break
   sleep 0.1
 done
-if [ -n "$origin" ] && [ -n "$node" ]; then ok "origin on $origin, node on $node"; else
-  bad "origin and node start"; tail "$work/origin.log" "$work/node.log"; summary; fi
+for _ in $(seq 100); do [ -s "$work/kube.addr" ] && break; sleep 0.1; done
+kube=$(cat "$work/kube.addr" 2>/dev/null)
+if [ -n "$origin" ] && [ -n "$node" ] && [ -n "$kube" ]; then ok "origin on $origin, node on $node ($zone), Kubernetes API on $kube"; else
+  bad "origin, node and Kubernetes API start"; tail "$work/origin.log" "$work/node.log" "$work/kube.log"; summary; fi
 
 echo "== a booted system with the package"
 start=$(date +%s%N)
@@ -117,7 +150,7 @@ region = "us-east-1"
 retry_base = "5ms"
 retry_max = "50ms"
 [cluster]
-nodes = ["$node"]
+nodes = [{ id = "$node", zone = "$zone" }]
 connect_timeout = "300ms"
 first_byte_timeout = "1s"
 stall_timeout = "1s"
@@ -131,12 +164,19 @@ AWS_ACCESS_KEY_ID=$origin_key
 AWS_SECRET_ACCESS_KEY=$origin_secret
 ENV
 )
+# The service account's token, as kubelet projects it into the pod.
+# (Written from inside: /var/run is a link to /run, which a path through
+# /proc/PID/root would resolve on the host.)
+in_system install -d -m 0755 /var/run/secrets/kubernetes.io/serviceaccount
+printf '%s' "$kube_token" | in_system install -m 0600 /dev/stdin /var/run/secrets/kubernetes.io/serviceaccount/token
 cat >"$(system_path /etc/systemd/system/shoal-csi-plugin.service)" <<UNIT
 [Unit]
 Description=shoal CSI node plugin, as the DaemonSet's container runs it
 
 [Service]
-ExecStart=/usr/bin/shoal-csi --endpoint=unix://$socket_in --node-id=%H --state-dir=$plugin_dir --launcher=systemd --mount-bin=$plugin_dir/bin/shoal-mount --default-config=/etc/shoal/mount.toml
+# The DaemonSet's arguments; in a pod the API's address comes from
+# KUBERNETES_SERVICE_HOST, here it is given.
+ExecStart=/usr/bin/shoal-csi --endpoint=unix://$socket_in --node-id=$node_name --zone-from-node --state-dir=$plugin_dir --launcher=systemd --mount-bin=$plugin_dir/bin/shoal-mount --default-config=/etc/shoal/mount.toml --kube-api=http://$kube
 EnvironmentFile=/etc/shoal/csi-plugin.env
 Environment=RUST_LOG=info
 # kubelet starts a killed container again.
@@ -150,6 +190,10 @@ probe=
 for _ in $(seq 100); do probe=$(kubelet probe 2>&1) && break; probe=; sleep 0.1; done
 if [[ $probe == *csi.shoal* ]]; then ok "plugin unit serves CSI on $socket_in in $(ms "$start") ms: $probe"; else
   bad "plugin unit serves CSI"; in_system journalctl --no-pager -n 30 -u shoal-csi-plugin; summary; fi
+
+info=$(kubelet info 2>&1)
+in_system journalctl --no-pager -o cat -u shoal-csi-plugin | grep -m1 'zone' | sed 's/^/     plugin: /'
+check "NodeGetInfo reports the zone read from the node's label: $info" grep -q "\"topology.kubernetes.io/zone\": \"$zone\"" <<<"$info"
 
 echo "== NodePublishVolume: a transient unit per volume"
 # What kubelet sends: the PV's attributes with its pod info, and the pod's token
@@ -165,6 +209,7 @@ publish() { # VOLUME TARGET PREFIX POD
     --secret "csi.storage.k8s.io/serviceAccount.tokens=$tokens"
 }
 units() { in_system systemctl list-units --all --plain --no-legend --no-pager 'shoal-csi-*' | awk '$1 != "shoal-csi-plugin.service"'; }
+not_listed() { ! units | grep -q "^$1 "; }
 start=$(date +%s%N)
 check "publish vol-alpha at pod-a's target" publish vol-alpha "$target_a" alpha pod-a
 echo "     publish took $(ms "$start") ms"
@@ -179,15 +224,18 @@ check "one transient unit per volume ($(units | wc -l) units: ${unit_a:-none} fo
 check "each unit's name says its volume" bash -c "[[ '$unit_a' == *vol-alpha* && '$unit_b' == *vol-beta* ]]"
 [ -n "$unit_a" ] && [ -n "$unit_b" ] || summary
 for u in $unit_a $unit_b; do
-  check "$u is active, a transient unit running shoal-mount from $plugin_dir/bin" bash -c "
+  check "$u is active, a transient unit running shoal-mount from $plugin_dir/bin in $zone" bash -c "
     s=\$(nsenter -t $SYSTEM_LEADER -a systemctl show -p ActiveState,Transient,ExecStart '$u')
     echo \"\$s\"; grep -qx ActiveState=active <<<\"\$s\" && grep -qx Transient=yes <<<\"\$s\" &&
-    grep -q 'path=$plugin_dir/bin/shoal-mount' <<<\"\$s\""
+    grep -q 'path=$plugin_dir/bin/shoal-mount' <<<\"\$s\" && grep -q -- '--zone=$zone' <<<\"\$s\""
 done
 check "both targets are FUSE mounts" in_system bash -c "findmnt -no FSTYPE '$target_a' | grep -qx fuse.shoal && findmnt -no FSTYPE '$target_b' | grep -qx fuse.shoal"
 check "reads byte-exact through both" in_system bash -c "
   for f in big.bin small-1.bin small-2.bin small-3.bin; do cmp '$target_a'/\$f /root/expect/alpha/\$f || exit 1; done
   cmp '$target_b'/other.bin /root/expect/beta/other.bin"
+check "the volumes' journals show their mounts (journalctl -u)" bash -c "
+  nsenter -t $SYSTEM_LEADER -a journalctl --no-pager -o cat -u '$unit_a' | grep -q 'mounted s3://csi/alpha/ on $target_a' &&
+  nsenter -t $SYSTEM_LEADER -a journalctl --no-pager -o cat -u '$unit_b' | grep -q 'mounted s3://csi/beta/ on $target_b'"
 admitted=$(curl -s "http://$node/metrics" | sed -n "s/^shoal_node_key_requests_total{key=\"$cluster_key\"} \([0-9.e+]*\)$/\1/p")
 check "the node admitted the mounts' reads, signed with the cluster secret from the plugin's environment ($admitted requests)" \
   test "${admitted:-0}" != 0
@@ -249,7 +297,7 @@ in_system ps -eo args >"$work/ps.txt"
 in_system journalctl --no-pager -o cat >"$work/journal.txt"
 for what in "systemctl show of every unit ($(grep -c '^Id=' "$work/show.txt") units):show.txt" \
   "ps command lines ($(wc -l <"$work/ps.txt") processes):ps.txt" "the journal:journal.txt"; do
-  check "no secret in ${what%:*}" bash -c "! grep -n -e '$origin_secret' -e '$cluster_secret' -e '$pod_token' '$work/${what##*:}'"
+  check "no secret in ${what%:*}" bash -c "! grep -n -e '$origin_secret' -e '$cluster_secret' -e '$pod_token' -e '$kube_token' '$work/${what##*:}'"
 done
 check "the units run shoal-mount --env-file on a 0600 file of root's" bash -c "
   for u in $unit_a $unit_b; do
@@ -258,14 +306,28 @@ check "the units run shoal-mount --env-file on a 0600 file of root's" bash -c "
   done"
 
 echo "== NodeUnpublishVolume: the unit stops, the mount goes"
-start=$(date +%s%N)
-check "unpublish vol-alpha" kubelet unpublish vol-alpha "$target_a"
-echo "     unpublish took $(ms "$start") ms"
-gone() { ! in_system systemctl is-active -q "$1"; }
-check "$unit_a is gone ($(in_system systemctl show -p ActiveState,LoadState --value "$unit_a" | tr '\n' ' '))" gone "$unit_a"
-check "$target_a is unmounted and removed" in_system bash -c "! mountpoint -q '$target_a' && [ ! -e '$target_a' ]"
+# unpublish VOLUME TARGET UNIT: the call, then how the unit is when it returns
+# and how long it takes to be gone from list-units.
+unpublish() {
+  local start state i
+  start=$(date +%s%N)
+  check "unpublish $1" kubelet unpublish "$1" "$2"
+  state=$(in_system systemctl show -p ActiveState,SubState --value "$3" | tr '\n' ' ')
+  for i in $(seq 100); do
+    not_listed "$3" && break
+    sleep 0.1
+  done
+  check "$3 is gone from list-units $(ms "$start") ms after the call began (when it returned: $state)" not_listed "$3" ||
+    in_system bash -c "systemctl status --no-pager -n 20 '$3'; journalctl --no-pager -o cat -n 10 -u shoal-csi-plugin" 2>&1 | sed 's/^/     /'
+  check "$2 is unmounted and removed" in_system bash -c "! mountpoint -q '$2' && [ ! -e '$2' ]"
+}
+unpublish vol-alpha "$target_a" "$unit_a"
 check "vol-beta still reads byte-exact" in_system cmp "$target_b/other.bin" /root/expect/beta/other.bin
-check "unpublish vol-beta" kubelet unpublish vol-beta "$target_b"
-check "$unit_b is gone, its mount too" bash -c "! nsenter -t $SYSTEM_LEADER -a systemctl is-active -q '$unit_b' && ! nsenter -t $SYSTEM_LEADER -a mountpoint -q '$target_b'"
+# kubelet publishing at a target it has just unpublished (a mount retried, a
+# pod's volume remounted): a unit of the same name again.
+kubelet unpublish vol-beta "$target_b" >/dev/null &&
+  check "publish vol-beta again at once after its unpublish: a unit of the same name starts" publish vol-beta "$target_b" beta pod-b &&
+  check "and reads byte-exact" in_system cmp "$target_b/other.bin" /root/expect/beta/other.bin
+unpublish vol-beta "$target_b" "$unit_b"
 check "no shoal-csi transient unit left" test -z "$(units)"
 summary

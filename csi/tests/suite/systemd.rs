@@ -126,6 +126,12 @@ async fn a_units_secrets_come_from_a_private_file_not_its_command_line() {
 
     let calls = recorded_calls(&fake);
     assert_eq!(calls.len(), 1, "one unit started: {calls:?}");
+    // `systemctl list-units` says which volume the unit serves.
+    let unit = calls[0].iter().find_map(|a| a.strip_prefix("--unit="));
+    assert!(
+        unit.is_some_and(|u| u.starts_with("shoal-csi-vol-u-") && u.ends_with(".service")),
+        "the unit's name says its volume: {unit:?}"
+    );
     for arg in &calls[0] {
         for secret in [&cluster_secret, &aws_secret] {
             assert!(
