@@ -240,7 +240,7 @@ admitted=$(curl -s "http://$node/metrics" | sed -n "s/^shoal_node_key_requests_t
 check "the node admitted the mounts' reads, signed with the cluster secret from the plugin's environment ($admitted requests)" \
   test "${admitted:-0}" != 0
 
-echo "== the plugin's unit SIGKILLed and started again, under a reader"
+echo "== the plugin's unit SIGKILLed and started again, then restarted, under a reader"
 # The reader: cmp of every file of vol-alpha, over and over, each call timed.
 in_system bash -c "
   rm -f /run/reader.stop; calls=0; failed=0; slowest=0
@@ -260,27 +260,42 @@ mounts_before=$(in_system systemctl show -p MainPID --value $unit_a $unit_b | tr
 plugin() { in_system systemctl show -p "$1" --value shoal-csi-plugin; }
 pid_before=$(plugin MainPID)
 invocation_before=$(plugin InvocationID)
+# wait_back INVOCATION: until the plugin runs as another invocation and answers.
+wait_back() {
+  local i
+  for i in $(seq 200); do
+    invocation=$(plugin InvocationID)
+    [ "$invocation" != "$1" ] && kubelet probe >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  in_system journalctl --no-pager -n 20 -u shoal-csi-plugin
+  return 1
+}
 start=$(date +%s%N)
 check "systemctl kill -s KILL shoal-csi-plugin" in_system systemctl kill -s KILL shoal-csi-plugin
-back=
-for _ in $(seq 200); do
-  invocation=$(plugin InvocationID)
-  if [ "$invocation" != "$invocation_before" ] && kubelet probe >/dev/null 2>&1; then back=1; break; fi
-  sleep 0.1
-done
-if [ -n "$back" ]; then ok "the plugin was started again and answers in $(ms "$start") ms (MainPID $pid_before -> $(plugin MainPID))"; else
-  bad "the plugin was started again"; in_system journalctl --no-pager -n 20 -u shoal-csi-plugin; fi
+if wait_back "$invocation_before"; then ok "the plugin was started again and answers in $(ms "$start") ms (MainPID $pid_before -> $(plugin MainPID))"; else
+  bad "the plugin was started again"; fi
+killed_invocation=$invocation
 sleep 2
+# What a rollout does first: SIGTERM, then SIGKILL after the grace period.
+start=$(date +%s%N)
+check "systemctl restart shoal-csi-plugin (SIGTERM first, as a rollout stops a container)" in_system systemctl restart shoal-csi-plugin
+if wait_back "$killed_invocation"; then ok "the plugin answers again in $(ms "$start") ms"; else bad "the plugin answers again"; fi
+check "the stopped plugin said its volumes stay mounted" bash -c \
+  "nsenter -t $SYSTEM_LEADER -a journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$killed_invocation | grep 'published volumes stay mounted'"
+sleep 1
 touch "$(system_path /run/reader.stop)"
 wait "$reader"
 read -r calls rfailed slowest <"$(system_path /run/reader.out)"
-check "a reader across the kill: $calls calls, $rfailed failed, slowest $slowest ms" test "$calls" -gt 20 -a "$rfailed" = 0
+check "a reader across the kill and the restart: $calls calls, $rfailed failed, slowest $slowest ms" test "$calls" -gt 20 -a "$rfailed" = 0
 mounts_after=$(in_system systemctl show -p MainPID --value $unit_a $unit_b | tr '\n' ' ')
 check "the volumes' units were not touched (MainPIDs $mounts_before-> $mounts_after)" test "$mounts_before" = "$mounts_after" -a -n "${mounts_before// /}"
-in_system journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$invocation" >"$work/plugin-restarted.log"
-grep 'took back' "$work/plugin-restarted.log" | sed 's/^/     restarted plugin: /'
-check "the restarted plugin took back both volumes" bash -c \
-  "grep -q 'took back $target_a' '$work/plugin-restarted.log' && grep -q 'took back $target_b' '$work/plugin-restarted.log'"
+for inv in "killed:$killed_invocation" "restarted:$invocation"; do
+  in_system journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="${inv#*:}" >"$work/plugin.log"
+  grep 'took back' "$work/plugin.log" | sed "s/^/     plugin started after it was ${inv%%:*}: /"
+  check "the plugin started after it was ${inv%%:*} took back both volumes" bash -c \
+    "grep -q 'took back $target_a' '$work/plugin.log' && grep -q 'took back $target_b' '$work/plugin.log'"
+done
 for v in vol-alpha:"$target_a" vol-beta:"$target_b"; do
   stats=$(kubelet stats "${v%%:*}" "${v#*:}" 2>&1)
   echo "     NodeGetVolumeStats ${v%%:*}: $stats"
