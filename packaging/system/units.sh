@@ -34,9 +34,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Loopback addresses of their own, so that other tests on this machine may listen
-# at the same time.
-node_addr=127.0.37.2:9137
+# Loopback addresses of their own, and a free port, so that other tests (another
+# run of this one too) may listen on this machine at the same time.
+node_addr=127.0.37.2:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.37.2", 0)); print(s.getsockname()[1])')
 node=shoal-node.service
 mount=shoal-mount@data.service
 
