@@ -319,9 +319,11 @@ impl Fs {
         let budget = self.reader.inflight_limit() as u64;
         let (ahead, sequential, first) = {
             let mut ra = f.ra.lock().unwrap();
-            let first = ra.is_fresh();
+            let (first, going) = (ra.is_fresh(), ra.sequential());
             let ahead = ra.advance(offset, end, bs, base, budget, std::time::Instant::now());
-            (ahead, ra.sequential(), first)
+            // Whole blocks only for a run that was going before this read: the
+            // read that starts one costs its bytes and one block ahead.
+            (ahead, going && ra.sequential(), first)
         };
         if first {
             if let Ok((path, _)) = self.ns.inodes.path(f.ino) {

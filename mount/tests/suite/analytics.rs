@@ -136,3 +136,65 @@ async fn parquet_queries_cost_the_origin_about_what_they_read() {
         "queries that cost the origin past their bound: {over:?}\n{table}"
     );
 }
+
+/// A random reader's reads of a few KiB (SQLite, HDF5, zarr, a shuffled data
+/// loader), some across a block boundary, in one open file: each costs about
+/// its own bytes from the nodes, never a block fetched ahead or two whole
+/// blocks around a boundary; one 12 KiB past another continues it (a format's
+/// padding) and so costs at most one block ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_a_few_kib_anywhere_cost_at_most_a_block_from_the_nodes() {
+    use std::os::unix::fs::FileExt;
+    let o = origin().await;
+    let mb = 1u64 << 20;
+    let body = data(16 << 20, 41);
+    o.put(BUCKET, "random.bin", body.clone());
+    let ndir = tempfile::tempdir().unwrap();
+    let node = start_node(&o, ndir.path(), "n");
+    let addr = free_addr();
+    // Copied through buffers, so every byte from a node is counted here.
+    let m = Mount::start(
+        &mount_toml(&o, &[&node], "[mount]\nsplice_reads = false\n"),
+        BUCKET,
+        &["--metrics-addr", &addr],
+    );
+    let from_nodes = || async {
+        metric(
+            &scrape(&addr).await,
+            "shoal_client_bytes_total{source=\"node\"}",
+        ) as u64
+    };
+    let f = std::sync::Arc::new(std::fs::File::open(m.path("random.bin")).unwrap());
+    // Where, and what each read may cost: a page or two of the kernel's.
+    let small = 16 << 10;
+    let reads = [
+        (5 * mb + 100, small),
+        (6 * mb - 2048, small),
+        (9 * mb + 7, small),
+        (12 * mb - 1000, small),
+        (3 * mb + 4096, small),
+        (3 * mb + 20480, small + mb),
+        (14 * mb - 4096, small),
+        (mb - 100, small),
+    ];
+    let mut costs = Vec::new();
+    for (at, bound) in reads {
+        let before = from_nodes().await;
+        let (f, want) = (f.clone(), body.slice(at as usize..at as usize + 4096));
+        tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; 4096];
+            f.read_exact_at(&mut buf, at).unwrap();
+            assert!(buf[..] == want[..], "at {at}");
+        })
+        .await
+        .unwrap();
+        // Blocks fetched ahead are counted once they have come.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let cost = from_nodes().await - before;
+        costs.push((at, cost, bound));
+    }
+    assert!(
+        costs.iter().all(|&(_, cost, bound)| cost <= bound),
+        "4 KiB reads (at, bytes from the nodes, bound): {costs:?}"
+    );
+}
