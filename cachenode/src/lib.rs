@@ -81,6 +81,19 @@ pub fn build(
         }
         _ => None,
     };
+    // A node that knows its cluster and its own entry in it asks a block's
+    // runner-up before the origin (in either mode).
+    let peers = match (cfg.cluster(), &reader, &self_id) {
+        (Some(c), Some(r), Some(me)) if !node_cfg.peer_fill_timeout.is_zero() => {
+            Some(node::Peers {
+                reader: r.clone(),
+                self_id: me.clone(),
+                timeout: node_cfg.peer_fill_timeout,
+                stall: c.timeouts.stall,
+            })
+        }
+        _ => None,
+    };
     if cfg.gateway.writes && cfg.cluster().is_none() {
         tracing::info!("[gateway] writes = true on a node without [cluster]: writes are forwarded, invalidations stay on this node");
     }
@@ -95,6 +108,7 @@ pub fn build(
             disk: disk.clone(),
             rules: cfg.rules.clone(),
             upstream,
+            peers,
             metadata_ttl: cfg.cache.metadata_ttl,
             metadata_size: cfg.cache.metadata_size,
         },

@@ -37,6 +37,11 @@ pub struct MetadataLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HopLabel {
     pub hop: u32,
 }
@@ -143,6 +148,10 @@ pub struct Metrics {
     pub key_requests: Family<KeyLabel, Counter>,
     /// Access-log lines dropped because the writer fell behind.
     pub access_log_dropped: Counter,
+    /// Misses of owned blocks asked of their runner-up node first, by result
+    /// (hit, miss, timeout, error), and the bytes the hits brought.
+    pub peer_fills: Family<ResultLabel, Counter>,
+    pub peer_fill_bytes: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -175,6 +184,16 @@ impl Metrics {
         } else {
             crate::access::trace::origin_request();
         }
+    }
+
+    /// One ask of a block's runner-up, by result; also noted on the request.
+    pub fn peer_fill(&self, result: crate::access::trace::PeerFill) {
+        self.peer_fills
+            .get_or_create(&ResultLabel {
+                result: result.name(),
+            })
+            .inc();
+        crate::access::trace::peer_fill(result);
     }
 
     pub fn metadata_request(&self, op: &'static str, result: &'static str) {
@@ -289,6 +308,8 @@ impl Metrics {
             "key_requests" => self.key_requests, "Requests admitted, by the key they were signed with";
             "refusals" => self.refusals, "Requests refused before they ran, by key and reason";
             "access_log_dropped" => self.access_log_dropped, "Access-log lines dropped for a writer behind";
+            "peer_fills" => self.peer_fills, "Misses of owned blocks asked of their runner-up node (only-if-cached) first, by result";
+            "peer_fill_bytes" => self.peer_fill_bytes, "Block bytes brought from runner-up nodes instead of the origin";
         );
     }
 }

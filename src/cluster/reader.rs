@@ -409,6 +409,35 @@ impl ClusterReader {
     }
 }
 
+impl ClusterReader {
+    /// The node a block would have without node `me`, when `me` owns it now: the
+    /// next-ranked node for the cluster block holding byte `at` of `bucket/key`
+    /// (its previous owner, if `me` joined since). `None` when `me` does not own
+    /// the block or has no other node.
+    pub fn runner_up(&self, bucket: &str, key: &str, at: u64, me: &str) -> Option<String> {
+        let block = crate::route::BlockId {
+            bucket,
+            key,
+            index: at / self.cluster.block_size,
+        };
+        let set = self.router().membership().current();
+        let top = set.top_k(&block, 2);
+        match top.as_slice() {
+            [owner, next, ..] if set.nodes()[*owner].id == me => {
+                Some(set.nodes()[*next].id.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// The store that answers for node `id`: the cluster's signed S3 client to it,
+    /// with no retries. Calls made on it pass by this reader's load, latency and
+    /// down marks: the caller keeps its own deadline.
+    pub fn node_store(&self, id: &str) -> Arc<dyn ObjectStore> {
+        self.fetcher.calls.nodes.store(id)
+    }
+}
+
 /// What warming one block found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Warmed {

@@ -46,6 +46,10 @@ pub const PEER_CONCURRENCY: usize = 64;
 /// the origin.
 pub const PEER_QUEUE_WAIT: Duration = Duration::from_millis(100);
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a node that misses a block it owns waits on the block's runner-up
+/// (`Cache-Control: only-if-cached`) before it asks the origin: a node answers
+/// from RAM or disk in a few ms, an origin's first byte is tens of ms or more.
+pub const PEER_FILL_TIMEOUT: Duration = Duration::from_millis(150);
 /// A mount's disk tier when `mount.disk_cache` names a directory but no size.
 pub const MOUNT_DISK_CACHE: u64 = 10 << 30;
 /// Slow or silent clients: S3 itself closes idle connections after about 20 s.

@@ -149,6 +149,7 @@ pub struct RawNode {
     pub idle_timeout: Option<Dur>,
     pub max_connections: Option<usize>,
     pub access_log: Option<String>,
+    pub peer_fill_timeout: Option<Dur>,
 }
 
 #[derive(Deserialize, Default, Debug)]

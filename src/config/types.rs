@@ -231,6 +231,9 @@ pub struct NodeConfig {
     pub max_connections: usize,
     /// Where one JSON line per request goes (reopened on SIGUSR1).
     pub access_log: Option<PathBuf>,
+    /// On a node with a `[cluster]`: how long a miss of a block it owns waits on
+    /// the block's runner-up before the origin is asked (zero: never asked).
+    pub peer_fill_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]

@@ -35,6 +35,9 @@ pub struct Line {
     pub origin_requests: u32,
     /// The refusal's S3 code, when the node refused the request before it ran.
     pub error: Option<&'static str>,
+    /// Blocks this request missed that were asked of their runner-up node first
+    /// (`only-if-cached`), by result; `null` when none were.
+    pub peer_fill: Option<super::trace::PeerFills>,
 }
 
 enum Msg {

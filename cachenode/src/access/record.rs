@@ -83,6 +83,7 @@ impl<B> Recorded<B> {
             duration_ms: (s.at.elapsed().as_secs_f64() * 1e6).round() / 1e3,
             origin_requests: t.origin_requests(),
             error: *t.refused.lock().unwrap(),
+            peer_fill: t.peer_fills(),
         });
     }
 }

@@ -52,6 +52,50 @@ impl Outcome {
     }
 }
 
+/// What asking a block's runner-up node for it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerFill {
+    /// It held the block and sent it.
+    Hit,
+    /// It answered that it holds none (504 to `only-if-cached`).
+    Miss,
+    /// No answer within `node.peer_fill_timeout`.
+    Timeout,
+    /// Anything else: refused, reset, another version, a wrong length.
+    Error,
+}
+
+impl PeerFill {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerFill::Hit => "hit",
+            PeerFill::Miss => "miss",
+            PeerFill::Timeout => "timeout",
+            PeerFill::Error => "error",
+        }
+    }
+}
+
+/// Asks of runner-up nodes made for one request, by result.
+#[derive(Default, Debug, serde::Serialize, PartialEq, Eq, Clone, Copy)]
+pub struct PeerFills {
+    pub hit: u32,
+    pub miss: u32,
+    pub timeout: u32,
+    pub error: u32,
+}
+
+impl PeerFills {
+    fn slot(&mut self, r: PeerFill) -> &mut u32 {
+        match r {
+            PeerFill::Hit => &mut self.hit,
+            PeerFill::Miss => &mut self.miss,
+            PeerFill::Timeout => &mut self.timeout,
+            PeerFill::Error => &mut self.error,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Trace {
     /// The access key the request was signed with, once its signature held.
@@ -67,6 +111,8 @@ pub struct Trace {
     pub refused: Mutex<Option<&'static str>>,
     /// `Cache-Status` entries of the node a gateway forwarded to.
     pub upstream: Mutex<Vec<String>>,
+    /// Asks of runner-up nodes for blocks this request missed.
+    pub peer_fills: Mutex<PeerFills>,
 }
 
 impl Trace {
@@ -78,6 +124,11 @@ impl Trace {
     }
     pub fn origin_requests(&self) -> u32 {
         self.origin_requests.load(Ordering::Relaxed)
+    }
+    /// The asks of runner-up nodes, if any were made.
+    pub fn peer_fills(&self) -> Option<PeerFills> {
+        let p = *self.peer_fills.lock().unwrap();
+        (p != PeerFills::default()).then_some(p)
     }
 }
 
@@ -107,6 +158,17 @@ fn with(f: impl FnOnce(&Trace)) {
 pub fn origin_request() {
     with(|t| {
         t.origin_requests.fetch_add(1, Ordering::Relaxed);
+    });
+}
+
+/// One ask of a block's runner-up made for the current request; one that
+/// brought the block counts as going out, as a forward does.
+pub fn peer_fill(r: PeerFill) {
+    with(|t| {
+        *t.peer_fills.lock().unwrap().slot(r) += 1;
+        if r == PeerFill::Hit {
+            t.forwarded.store(true, Ordering::Relaxed);
+        }
     });
 }
 

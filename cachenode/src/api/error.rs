@@ -60,6 +60,8 @@ pub fn node_error(e: NodeError) -> s3s::S3Error {
         NodeError::Cluster(ReadError::Stale { .. }) => {
             with("PreconditionFailed", 412, e.to_string())
         }
+        // Held when the request was let in, gone before it was read.
+        NodeError::NotCached => not_cached_with(http::StatusCode::GATEWAY_TIMEOUT),
         other => {
             tracing::warn!("answering 503: {other}");
             with("ServiceUnavailable", 503, other.to_string())
@@ -67,13 +69,30 @@ pub fn node_error(e: NodeError) -> s3s::S3Error {
     }
 }
 
-/// The answer to a cached-only request that would need the origin.
-pub fn not_cached() -> s3s::S3Error {
+/// Whether a request asks for the cache only: `Cache-Control: only-if-cached`
+/// (RFC 9111 5.2.1.7), or shoal's own `x-shoal-cached-only` (a hedge).
+pub fn cached_only(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(shoal::node_proto::CACHED_ONLY_HEADER)
+        || crate::node::only_if_cached(headers)
+}
+
+/// The answer to a cached-only request that would need the origin: code
+/// `ShoalNotCached`, with status 504 to `Cache-Control: only-if-cached` (as RFC
+/// 9111 has it) and 503 to `x-shoal-cached-only`.
+pub fn not_cached(headers: &http::HeaderMap) -> s3s::S3Error {
+    not_cached_with(if crate::node::only_if_cached(headers) {
+        http::StatusCode::GATEWAY_TIMEOUT
+    } else {
+        http::StatusCode::SERVICE_UNAVAILABLE
+    })
+}
+
+fn not_cached_with(status: http::StatusCode) -> s3s::S3Error {
     let mut e = s3s::S3Error::with_message(
         S3ErrorCode::Custom(shoal::node_proto::NOT_CACHED.into()),
         "not cached here (cached-only request)",
     );
-    e.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+    e.set_status_code(status);
     e
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use http::Method;
 use s3s::{S3Request, S3Response, S3Result};
 
-use super::error::{not_cached, store_error};
+use super::error::{cached_only, not_cached, store_error};
 use super::objects::asked_ttl;
 use super::passthrough::{
     address, fetch_whole, forward, passed_headers, query_pairs, respond, signed_or_open,
@@ -93,9 +93,7 @@ impl s3s::route::S3Route for ListRoute {
     async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
         let bucket = self.bucket(&req.uri, &req.headers).unwrap_or_default();
         let query = query_pairs(&req.uri);
-        let cached_only = req
-            .headers
-            .contains_key(shoal::node_proto::CACHED_ONLY_HEADER);
+        let cached_only = cached_only(&req.headers);
         let listing = req.method == Method::GET
             && !bucket.is_empty()
             && query.iter().all(|(k, _)| LIST_PARAMS.contains(&k.as_str()));
@@ -115,7 +113,7 @@ impl s3s::route::S3Route for ListRoute {
         };
         let Some(accept) = accept else {
             if cached_only {
-                return Err(not_cached());
+                return Err(not_cached(&req.headers));
             }
             let kind = if listing { "list" } else { "bucket" };
             self.node.metrics.origin_request(kind);
@@ -130,7 +128,7 @@ impl s3s::route::S3Route for ListRoute {
                     self.node.metrics.metadata_request("list", "hit");
                     Ok(respond(&answer, Some(age.as_secs())))
                 }
-                None => Err(not_cached()),
+                None => Err(not_cached(&req.headers)),
             };
         }
         let (origin, metrics, b) = (

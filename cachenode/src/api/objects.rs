@@ -6,7 +6,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use shoal::store::{unquote_etag, ObjectMeta};
 
-use super::error::{check_key, node_error, not_cached};
+use super::error::{cached_only, check_key, node_error, not_cached};
 use super::NodeApi;
 use crate::access::trace::{self, Outcome};
 use crate::node::Via;
@@ -18,8 +18,13 @@ pub const CACHE_STATUS: &str = "cache-status";
 /// how old metadata it accepts.
 pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
     let accept = api.node.metadata.accept(asked_ttl(headers)?);
+    let cached_only = cached_only(headers);
     let Some(v) = headers.get(shoal::node_proto::HOP_HEADER) else {
-        return Ok(Via { hop: 0, accept });
+        return Ok(Via {
+            hop: 0,
+            accept,
+            cached_only,
+        });
     };
     let hop = v
         .to_str()
@@ -27,7 +32,11 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
         .and_then(shoal::node_proto::parse_hop)
         .ok_or_else(|| s3_error!(InvalidArgument, "x-shoal-hop must be a small number"))?;
     api.node.metrics.hop_requests.inc();
-    Ok(Via { hop, accept })
+    Ok(Via {
+        hop,
+        accept,
+        cached_only,
+    })
 }
 
 /// How old an answer the request accepts (`x-shoal-metadata-ttl`), if it says.
@@ -231,10 +240,9 @@ pub async fn get(
     api: &NodeApi,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let cached_only = req
-        .headers
-        .contains_key(shoal::node_proto::CACHED_ONLY_HEADER);
     let via = via(api, &req.headers)?;
+    let cached_only = via.cached_only;
+    let refuse = not_cached(&req.headers);
     let i = req.input;
     check_key(&i.key)?;
     let node = &api.node;
@@ -246,7 +254,7 @@ pub async fn get(
             .and_then(condition_etag)
             .and_then(|e| node.known(&i.bucket, &i.key, &e));
         if known.is_none() {
-            return Err(not_cached());
+            return Err(refuse);
         }
     }
     let r = api.resolve(&i.bucket, &i.key, ask!(i), true, via).await?;
@@ -255,7 +263,7 @@ pub async fn get(
             .cached(&i.bucket, &i.key, &r.meta, r.start, r.end)
             .await
     {
-        return Err(not_cached());
+        return Err(refuse);
     }
     let held = cached_only
         || node
@@ -339,9 +347,8 @@ pub async fn head(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let via = via(api, &req.headers)?;
-    let cached_only = req
-        .headers
-        .contains_key(shoal::node_proto::CACHED_ONLY_HEADER);
+    let cached_only = via.cached_only;
+    let refuse = not_cached(&req.headers);
     let i = req.input;
     check_key(&i.key)?;
     let node = &api.node;
@@ -353,7 +360,7 @@ pub async fn head(
         }
     }
     if cached_only && node.known_for(&i.bucket, &i.key, via).is_none() {
-        return Err(not_cached());
+        return Err(refuse);
     }
     let r = match api.resolve(&i.bucket, &i.key, ask!(i), false, via).await {
         Err(e) if via.accept.is_some() && *e.code() == s3s::S3ErrorCode::NoSuchKey => {

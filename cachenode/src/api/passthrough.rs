@@ -277,11 +277,8 @@ impl s3s::route::S3Route for ObjectRoute {
     }
 
     async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {
-        if req
-            .headers
-            .contains_key(shoal::node_proto::CACHED_ONLY_HEADER)
-        {
-            return Err(super::error::not_cached());
+        if super::error::cached_only(&req.headers) {
+            return Err(super::error::not_cached(&req.headers));
         }
         self.node.metrics.uncached_requests.inc();
         self.node.metrics.origin_request("object");

@@ -29,6 +29,9 @@ pub enum NodeError {
         want: u64,
         want_etag: String,
     },
+    /// A cached-only request for something neither RAM nor disk holds.
+    #[error("not cached here")]
+    NotCached,
     /// The task fetching the block died.
     #[error("fetch task failed: {0}")]
     Lost(String),

@@ -54,6 +54,8 @@ pub struct Source {
     /// Requests per origin read, the first included.
     pub attempts: u32,
     pub upstream: Option<Upstream>,
+    /// On a node that knows the cluster: its owned misses' runner-ups.
+    pub peers: Option<super::peer::Peers>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -142,8 +144,24 @@ impl Source {
                 want_etag: bk.etag.to_string(),
             })
         } else {
-            self.origin_block(bk, Some(meta.size), into).await.map(drop)
+            self.owned_block(bk, Some(meta.size), into).await.map(drop)
         }
+    }
+
+    /// Block `bk` from its runner-up node if that holds it, else from the origin
+    /// ([`Self::origin_block`]); returns what the answer said of the version.
+    pub async fn owned_block(
+        &self,
+        bk: &BlockKey,
+        size: Option<u64>,
+        into: &mut Fill<NodeError>,
+    ) -> Result<ObjectMeta, NodeError> {
+        if let Some(p) = &self.peers {
+            if let Some(meta) = p.fill(bk, size, into, &self.metrics).await {
+                return Ok(meta);
+            }
+        }
+        self.origin_block(bk, size, into).await
     }
 
     /// Block `bk` from the origin into `into` with `If-Match`, resumed if cut. Without

@@ -19,6 +19,7 @@
 
 mod error;
 mod fetch;
+mod peer;
 mod read;
 mod versions;
 
@@ -35,6 +36,7 @@ use shoal::store::{ObjectMeta, ObjectStore};
 pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
 pub use error::NodeError;
 pub use fetch::Upstream;
+pub use peer::{only_if_cached, Peers};
 pub use read::{BlockStream, SyncStream};
 
 use crate::fanout::Fanout;
@@ -52,6 +54,9 @@ pub struct NodeOptions {
     pub rules: Vec<shoal::config::CacheRule>,
     /// A gateway's cluster: misses go to owners through it.
     pub upstream: Option<Upstream>,
+    /// A node that knows its cluster: misses of blocks it owns are asked of
+    /// their runner-up first.
+    pub peers: Option<Peers>,
     /// Requests per origin read, the first included (a cut body is resumed).
     pub origin_attempts: u32,
     /// The metadata cache: the longest an answer is kept, and its byte bound.
@@ -65,6 +70,9 @@ pub struct NodeOptions {
 pub struct Via {
     pub hop: u32,
     pub accept: Option<Duration>,
+    /// Answer from RAM or disk only, never asking the origin or another node
+    /// (`only-if-cached`).
+    pub cached_only: bool,
 }
 
 pub struct Node {
@@ -116,6 +124,7 @@ impl Node {
                 origin,
                 attempts: o.origin_attempts.max(1),
                 upstream: o.upstream,
+                peers: o.peers,
                 metrics: metrics.clone(),
             }),
             metrics,
@@ -203,6 +212,9 @@ impl Node {
         if counted {
             self.metrics.metadata_request("head", "miss");
         }
+        if via.cached_only {
+            return Err(NodeError::NotCached);
+        }
         let forward = self.source.forwards(via, bucket, key, 0);
         if known.is_some() {
             crate::access::trace::revalidated();
@@ -242,17 +254,20 @@ impl Node {
                 return Ok(meta);
             }
         }
-        if !policy.cache || self.source.upstream.is_some() {
+        if !policy.cache || self.source.upstream.is_some() || via.cached_only {
             return self.resolve(bucket, key, Some(etag), via).await;
         }
         let bk = Node::block_key(bucket, key, etag, index, policy.block_size);
         let me = self.clone();
         // The object's size is what this fetch learns: room for a whole block.
         let len = policy.block_size as usize;
+        let asker = crate::access::trace::current();
         let block = self
             .tiers
             .flight(bk.clone(), false, true, len, move |mut into| async move {
-                let meta = me.source.origin_block(&bk, None, &mut into).await?;
+                let fetched =
+                    crate::access::trace::scope(asker, me.source.owned_block(&bk, None, &mut into));
+                let meta = fetched.await?;
                 me.versions.remember(&bk.bucket, &bk.key, &meta);
                 Ok(())
             });

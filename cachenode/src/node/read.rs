@@ -105,6 +105,10 @@ impl Node {
         let asker = crate::access::trace::current();
         self.tiers
             .open(bk, forward, fill, len, move |mut into| async move {
+                // Held when the request was let in; gone since: still no fetch.
+                if via.cached_only {
+                    return Err(NodeError::NotCached);
+                }
                 crate::access::trace::scope(
                     asker,
                     source.fetch(&bk2, &meta, forward, via, &mut into),
@@ -168,7 +172,7 @@ impl Node {
         (start, end): (u64, u64),
         via: Via,
     ) -> Result<Option<BlockStream>, NodeError> {
-        if self.source.upstream.is_some() || !self.policy(bucket, key).cache {
+        if self.source.upstream.is_some() || !self.policy(bucket, key).cache || via.cached_only {
             return Ok(None);
         }
         let bk = Self::block_key(bucket, key, &meta.etag, index, bs);

@@ -29,6 +29,7 @@ fn node_over(origin: &Origin, revalidate_after: Duration) -> Arc<Node> {
                 disk: None,
                 rules: vec![],
                 upstream: None,
+                peers: None,
                 origin_attempts: 3,
                 metadata_ttl: Duration::from_secs(60),
                 metadata_size: 1 << 20,

@@ -10,6 +10,7 @@ mod conformance;
 mod crash;
 mod cut_through;
 mod disk_failures;
+mod fleet;
 mod fuzz_corpora;
 mod gateway;
 mod hostile;

@@ -59,6 +59,9 @@ impl Validator<'_> {
                 }
                 p => p.map(PathBuf::from),
             },
+            peer_fill_timeout: n
+                .peer_fill_timeout
+                .map_or(defaults::PEER_FILL_TIMEOUT, |d| d.0),
         })
     }
 
