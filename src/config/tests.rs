@@ -59,7 +59,13 @@ fn defaults_follow_design() {
     assert_eq!(cl.load_limit, 256);
     assert_eq!(cl.down_for, Duration::from_secs(5));
     assert_eq!(c.node().unwrap().block_size, 1 << 20);
+    assert_eq!(
+        c.node().unwrap().peer_fill_timeout,
+        Duration::from_millis(150)
+    );
     assert!(c.origin().is_err());
+    let off = parse("[node]\npeer_fill_timeout = \"0s\"\n").unwrap();
+    assert!(off.node().unwrap().peer_fill_timeout.is_zero());
 }
 
 #[test]
