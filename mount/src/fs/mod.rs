@@ -321,9 +321,12 @@ impl Fs {
             let mut ra = f.ra.lock().unwrap();
             let (first, going) = (ra.is_fresh(), ra.sequential());
             let ahead = ra.advance(offset, end, bs, base, budget, std::time::Instant::now());
-            // Whole blocks only for a run that was going before this read: the
-            // read that starts one costs its bytes and one block ahead.
-            (ahead, going && ra.sequential(), first)
+            // Whole blocks for a run that was going before this read, or a read
+            // of a block's size in one: a small read that starts a run costs its
+            // bytes and one block ahead. And for reads inside the first block,
+            // where a scan starts (its requests in any order): one block.
+            let run = ra.sequential() && (going || end - offset >= bs);
+            (ahead, run || end <= bs, first)
         };
         if first {
             if let Ok((path, _)) = self.ns.inodes.path(f.ino) {
