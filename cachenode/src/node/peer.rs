@@ -78,6 +78,8 @@ impl Peers {
             CACHE_CONTROL,
             Some(ONLY_IF_CACHED.to_owned()),
         );
+        // Nodes that predate `only-if-cached` know shoal's own header.
+        shoal::node_proto::set_cached_only(&mut req, true);
         // A node never forwards a request that passed through another.
         shoal::node_proto::set_hop(&mut req, 1);
         let store = self.reader.node_store(&peer);
