@@ -441,7 +441,11 @@ async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
         filled += metric(&t, "shoal_node_peer_fills_total{result=\"hit\"}");
     }
     let gets = origin.stats.snapshot().gets_of(BUCKET, "e/obj") as f64;
-    assert_eq!(gets + filled, 8.0, "{gets} origin GETs, {filled} peer fills");
+    assert_eq!(
+        gets + filled,
+        8.0,
+        "{gets} origin GETs, {filled} peer fills"
+    );
     let changed = data(4 * MIB, 39);
     origin.put(BUCKET, "e/obj", changed.clone());
     purge(&client(n1.addr), BUCKET, &Purge::Key("e/obj".into()), false)
