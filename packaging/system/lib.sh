@@ -29,8 +29,10 @@ system_root() {
   rm -rf "$SYSTEM_ROOT" "$SYSTEM_ROOT.tmp"
   mkdir -p "$system_dir"
   local mirror
-  mirror=$(sed -n 's/^URIs: *//p; s/^deb \(\[[^]]*\] \)\?\(http[^ ]*\) .*/\2/p' \
-    /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | grep -v security | head -1)
+  # (Either file may be missing: no status of this lookup may end a caller
+  # running under `set -e`.)
+  mirror=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+    sed -n 's/^URIs: *//p; s/^deb \(\[[^]]*\] \)\?\(http[^ ]*\) .*/\2/p' | grep -v security | head -1 || true)
   debootstrap --variant=minbase --include="$system_packages" bookworm "$SYSTEM_ROOT.tmp" \
     "${mirror:-http://deb.debian.org/debian}" >"$system_dir/debootstrap.log" 2>&1 || {
     tail -20 "$system_dir/debootstrap.log" >&2
