@@ -154,8 +154,11 @@ async fn a_key_over_its_rate_gets_slowdown_and_the_others_do_not_wait() {
         (1.4..=2.6).contains(&settled),
         "boto3 settled at {settled:.2}/s"
     );
+    // Waiting behind the hammer (a shared queue or lock) would cost the quiet
+    // key milliseconds; the hammer's client and its refusals share the two
+    // cores with the quiet reader, which alone has cost it up to 1.5x.
     assert!(
-        beside.as_secs_f64() <= 1.5 * alone.as_secs_f64(),
+        beside.as_secs_f64() <= 2.0 * alone.as_secs_f64(),
         "the quiet key's median went from {alone:?} to {beside:?}"
     );
 }
