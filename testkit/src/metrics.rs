@@ -19,6 +19,18 @@ pub fn metric_required(text: &str, series: &str) -> f64 {
     find(text, series).unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
 }
 
+/// The sum of every sample of metric `name` in `text`, whatever its labels.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let bare = series.split_once('{').map_or(series, |(n, _)| n);
+            (bare == name).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
 fn find(text: &str, series: &str) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let (name, value) = l.rsplit_once(' ')?;
