@@ -255,7 +255,24 @@ in_system bash -c "
   done" &
 reader=$!
 pids+=($reader)
-sleep 2
+# reader_read N: returns once the reader has gone N more times through the files
+# (within 30 s), so that a kill and a restart each have reads before and after.
+reader_read() {
+  local want
+  want=$(($(reader_calls) + 4 * $1))
+  for _ in $(seq 600); do
+    [ "$(reader_calls)" -ge "$want" ] && return 0
+    sleep 0.05
+  done
+  echo "     the reader made no progress" >&2
+}
+# (The reader rewrites its file after each pass: empty for a moment.)
+reader_calls() {
+  local c
+  c=$(cut -d' ' -f1 "$(system_path /run/reader.out)" 2>/dev/null)
+  echo "${c:-0}"
+}
+reader_read 2
 mounts_before=$(in_system systemctl show -p MainPID --value $unit_a $unit_b | tr '\n' ' ')
 plugin() { in_system systemctl show -p "$1" --value shoal-csi-plugin; }
 pid_before=$(plugin MainPID)
@@ -276,7 +293,7 @@ check "systemctl kill -s KILL shoal-csi-plugin" in_system systemctl kill -s KILL
 if wait_back "$invocation_before"; then ok "the plugin was started again and answers in $(ms "$start") ms (MainPID $pid_before -> $(plugin MainPID))"; else
   bad "the plugin was started again"; fi
 killed_invocation=$invocation
-sleep 2
+reader_read 2
 # What a rollout does first: SIGTERM, then SIGKILL after the grace period.
 start=$(date +%s%N)
 check "systemctl restart shoal-csi-plugin (SIGTERM first, as a rollout stops a container)" in_system systemctl restart shoal-csi-plugin
@@ -284,7 +301,7 @@ if wait_back "$killed_invocation"; then ok "the plugin answers again in $(ms "$s
 # (journald may take a moment with the last line of a process that has exited.)
 check "the stopped plugin said its volumes stay mounted" bash -c \
   "for i in \$(seq 50); do nsenter -t $SYSTEM_LEADER -a journalctl --no-pager -o cat -u shoal-csi-plugin | grep 'published volumes stay mounted' && exit; sleep 0.1; done; exit 1"
-sleep 1
+reader_read 2
 touch "$(system_path /run/reader.stop)"
 wait "$reader"
 read -r calls rfailed slowest <"$(system_path /run/reader.out)"

@@ -75,7 +75,7 @@ cp -r "$work/seed" "$(system_path /root)/seed"
 # A reader as an operator's job would be one: reads each file through the mount
 # with O_DIRECT (so every read reaches the mount's server, none is the page
 # cache's) and compares it with the origin's copy, until told to stop; then
-# writes "calls failed slowest_ms".
+# writes "calls failed slowest_ms". OUT.calls counts its calls as it goes.
 cat >"$(system_path /root)/reader.sh" <<'READER'
 #!/bin/bash
 set -o pipefail
@@ -90,6 +90,7 @@ while [ ! -e "$stop" ]; do
     fi
     ms=$((($(date +%s%N) - t0) / 1000000))
     calls=$((calls + 1))
+    echo "$calls" >"$out.calls"
     [ "$ms" -gt "$slowest" ] && slowest=$ms
   done
 done
@@ -108,10 +109,32 @@ readers_start() {
     in_system /root/reader.sh /tmp/reader-stop "/tmp/reader-$i" "$1" "${files[@]}" &
     readers+=($!)
   done
-  sleep 1
+  readers_read 1
+}
+# readers_read N: returns once every reader has made N more calls (within 30 s),
+# so that what is measured happens with reads going on, before and after it.
+readers_read() {
+  local i want=() c
+  for i in 1 2 3 4; do want+=($(($(reader_calls "$i") + $1))); done
+  for _ in $(seq 600); do
+    c=0
+    for i in 1 2 3 4; do
+      [ "$(reader_calls "$i")" -ge "${want[$((i - 1))]}" ] && c=$((c + 1))
+    done
+    [ "$c" = 4 ] && return 0
+    sleep 0.05
+  done
+  echo "     the readers made no progress" >&2
+}
+# reader_calls I: reader I's calls so far (its file is empty for a moment as it
+# is rewritten).
+reader_calls() {
+  local c
+  c=$(cat "$(system_path /tmp)/reader-$1.calls" 2>/dev/null)
+  echo "${c:-0}"
 }
 readers_stop() {
-  sleep 0.5
+  readers_read 1
   touch "$(system_path /tmp)/reader-stop"
   wait "${readers[@]}"
   readers=()
@@ -269,7 +292,7 @@ for i in 1 2 3; do
   # systemctl reload returns once the keeper has its SIGHUP; the handover is
   # done when the keeper counts it.
   for _ in $(seq 200); do [ "$(status handovers)" = "$i" ] && break; sleep 0.05; done
-  sleep 0.3
+  readers_read 2
 done
 took=$(ms "$t0")
 readers_stop >"$work/readers"
@@ -350,10 +373,15 @@ fi
 # is refused, and refusals are logged too.
 in_system logrotate -f /etc/logrotate.d/shoal-node >"$work/logrotate.log" 2>&1
 rotated=$?
-sleep 0.2
-curl -s -o /dev/null "http://$node_addr/units/node.toml"
-sleep 0.2
-fresh=$(count "$log/access.log"); aside=$(count "$log/access.log.1")
+# Until a request lands in the new file (the node reopens it on its signal, and
+# writes its log lines a moment after each answer), within 10 s.
+for _ in $(seq 100); do
+  curl -s -o /dev/null "http://$node_addr/units/node.toml"
+  fresh=$(count "$log/access.log")
+  [ "${fresh:-0}" -ge 1 ] && break
+  sleep 0.1
+done
+aside=$(count "$log/access.log.1")
 if [ $rotated -eq 0 ] && [ "$aside" -ge "$lines" ] && [ "$fresh" -ge 1 ] && [ "$(prop ActiveState $node)" = active ]; then
   ok "logrotate -f: access.log.1 holds $aside lines, the node writes the new access.log ($fresh lines), still active"
 else
