@@ -174,16 +174,7 @@ impl Source {
         size: Option<u64>,
         into: &mut Fill<NodeError>,
     ) -> Result<ObjectMeta, NodeError> {
-        let start = bk.start();
-        let want = size.map(|s| bk.len_in(s));
-        let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
-        req.range = Some(match want {
-            Some(w) => ByteRange::span(start, start + w),
-            None => ByteRange::From {
-                first: start,
-                last: Some(start + bk.block_size - 1),
-            },
-        });
+        let (req, want) = block_get(bk, size);
         let mut sink = IntoBlock {
             bk,
             want,
@@ -281,4 +272,20 @@ impl Source {
             r => Ok(r?),
         }
     }
+}
+
+/// The GET of block `bk`'s bytes of its version (the object's `size` when
+/// known: the last block is shorter), and how many bytes it asks for.
+pub(super) fn block_get(bk: &BlockKey, size: Option<u64>) -> (GetObject, Option<u64>) {
+    let start = bk.start();
+    let want = size.map(|s| bk.len_in(s));
+    let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
+    req.range = Some(match want {
+        Some(w) => ByteRange::span(start, start + w),
+        None => ByteRange::From {
+            first: start,
+            last: Some(start + bk.block_size - 1),
+        },
+    });
+    (req, want)
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
-use shoal::store::{collect, stall_guard, ByteRange, GetObject, ObjectMeta};
+use shoal::store::{collect, stall_guard, ObjectMeta};
 
 use super::NodeError;
 use crate::access::trace::PeerFill;
@@ -64,15 +64,7 @@ impl Peers {
         let peer = self
             .reader
             .runner_up(&bk.bucket, &bk.key, start, &self.self_id)?;
-        let want = size.map(|s| bk.len_in(s));
-        let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
-        req.range = Some(match want {
-            Some(w) => ByteRange::span(start, start + w),
-            None => ByteRange::From {
-                first: start,
-                last: Some(start + bk.block_size - 1),
-            },
-        });
+        let (mut req, want) = super::fetch::block_get(bk, size);
         shoal::store::ExtraHeaders::set_header(
             &mut req,
             CACHE_CONTROL,
