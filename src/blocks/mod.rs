@@ -14,6 +14,7 @@ pub mod disk;
 pub mod files;
 pub mod flight;
 pub mod growing;
+pub mod keep;
 mod key;
 pub mod pool;
 pub mod ram;
@@ -27,6 +28,7 @@ pub use disk::{
 pub use files::FileTier;
 pub use flight::{FlightError, Flights, Joined};
 pub use growing::{Filler, Growing, Overflow};
+pub use keep::{keep_on_disk, Kept};
 pub use key::BlockKey;
 pub use pool::{Buffer, BufferPool, PoolStats};
 pub use ram::RamTier;
@@ -52,6 +54,11 @@ pub trait BlockCache: Send + Sync {
         self.remove(&|k| k == key);
     }
     fn stats(&self) -> TierStats;
+    /// Every block held in memory, most recently used first (what a stopping
+    /// node writes to disk); a tier whose blocks are files already holds none.
+    fn held(&self) -> Vec<(BlockKey, Bytes)> {
+        Vec::new()
+    }
     /// What went wrong on disk (a disk tier's business; nothing for RAM).
     fn failures(&self) -> DiskFailures {
         DiskFailures::default()

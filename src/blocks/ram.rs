@@ -121,6 +121,25 @@ impl BlockCache for RamTier {
         }
     }
 
+    fn held(&self) -> Vec<(BlockKey, Bytes)> {
+        // Shard by shard, newest first; interleaved so the newest of every
+        // shard come before the older ones of any (keys hash evenly).
+        let shards: Vec<Vec<(BlockKey, Bytes)>> = self
+            .shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap();
+                s.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            })
+            .collect();
+        let longest = shards.iter().map(Vec::len).max().unwrap_or(0);
+        let mut all = Vec::with_capacity(shards.iter().map(Vec::len).sum());
+        for i in 0..longest {
+            all.extend(shards.iter().filter_map(|s| s.get(i).cloned()));
+        }
+        all
+    }
+
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
         let mut removed = 0;
         for s in &self.shards {

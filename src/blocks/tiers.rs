@@ -326,6 +326,16 @@ where
         self.ram.remove(&*gone) + self.on_disk(move |d| d.remove(&*g)).await.unwrap_or(0)
     }
 
+    /// The RAM tier's blocks, most recently used first.
+    pub fn ram_held(&self) -> Vec<(BlockKey, Bytes)> {
+        self.ram.held()
+    }
+
+    /// The disk tier, if any.
+    pub fn disk(&self) -> Option<Arc<dyn BlockCache>> {
+        self.disk.clone()
+    }
+
     pub fn ram_stats(&self) -> TierStats {
         self.ram.stats()
     }
