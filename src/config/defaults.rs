@@ -50,6 +50,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// (`Cache-Control: only-if-cached`) before it asks the origin: a node answers
 /// from RAM or disk in a few ms, an origin's first byte is tens of ms or more.
 pub const PEER_FILL_TIMEOUT: Duration = Duration::from_millis(150);
+/// A disk writes a few hundred MiB a second: a RAM tier's hot blocks in this long.
+pub const STOP_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A mount's disk tier when `mount.disk_cache` names a directory but no size.
 pub const MOUNT_DISK_CACHE: u64 = 10 << 30;
 /// Slow or silent clients: S3 itself closes idle connections after about 20 s.

@@ -150,6 +150,7 @@ pub struct RawNode {
     pub max_connections: Option<usize>,
     pub access_log: Option<String>,
     pub peer_fill_timeout: Option<Dur>,
+    pub stop_flush_timeout: Option<Dur>,
 }
 
 #[derive(Deserialize, Default, Debug)]

@@ -66,6 +66,16 @@ fn defaults_follow_design() {
     assert!(c.origin().is_err());
     let off = parse("[node]\npeer_fill_timeout = \"0s\"\n").unwrap();
     assert!(off.node().unwrap().peer_fill_timeout.is_zero());
+    assert_eq!(
+        parse("[node]\n")
+            .unwrap()
+            .node()
+            .unwrap()
+            .stop_flush_timeout,
+        Duration::from_secs(10)
+    );
+    let off = parse("[node]\nstop_flush_timeout = \"0s\"\n").unwrap();
+    assert!(off.node().unwrap().stop_flush_timeout.is_zero());
 }
 
 #[test]

@@ -234,6 +234,9 @@ pub struct NodeConfig {
     /// On a node with a `[cluster]`: how long a miss of a block it owns waits on
     /// the block's runner-up before the origin is asked (zero: never asked).
     pub peer_fill_timeout: Duration,
+    /// On SIGTERM, how long the node may take writing the blocks it holds only
+    /// in RAM to its disk tier before it exits (zero: none written).
+    pub stop_flush_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]

@@ -21,6 +21,8 @@ mod error;
 mod fetch;
 mod peer;
 mod read;
+mod stop;
+mod version_log;
 mod versions;
 
 #[cfg(test)]
@@ -106,6 +108,15 @@ impl Node {
             }
             _ => None,
         };
+        let versions = Versions::new(o.revalidate_after, o.max_age);
+        let versions = match &o.disk {
+            Some((dir, bytes)) if *bytes > 0 => {
+                let (log, restored) = version_log::VersionLog::open(dir, o.max_age)?;
+                tracing::info!(versions = restored.len(), "object versions read back");
+                versions.with_log(log, restored)
+            }
+            _ => versions,
+        };
         let largest = o
             .rules
             .iter()
@@ -117,7 +128,7 @@ impl Node {
                 largest,
                 disk.map(|d| Arc::new(d) as Arc<dyn shoal::blocks::BlockCache>),
             ),
-            versions: Versions::new(o.revalidate_after, o.max_age),
+            versions,
             rules: Rules::new(o.rules, o.block_size),
             metadata: MetadataCache::new(o.metadata_ttl, o.metadata_size),
             source: Arc::new(fetch::Source {

@@ -17,6 +17,7 @@ use shoal::blocks::Flights;
 use shoal::store::ObjectMeta;
 
 use super::fetch::Source;
+use super::version_log::{Restored, VersionLog};
 use super::{NodeError, Via};
 
 /// Object versions remembered; past this the map is cleared (it is only a cache).
@@ -60,6 +61,8 @@ pub(super) struct Versions {
     questions: Flights<Question, ObjectMeta, NodeError>,
     pub revalidate_after: Duration,
     max_age: Duration,
+    /// Beside the disk tier: what was known survives a restart with the blocks.
+    log: Option<VersionLog>,
 }
 
 impl Versions {
@@ -69,7 +72,43 @@ impl Versions {
             questions: Flights::default(),
             revalidate_after,
             max_age,
+            log: None,
         }
+    }
+
+    /// Keeps what is learned in `log`, starting from what it held: versions
+    /// confirmed `age` ago, which requests naming them (`If-Match`, a
+    /// runner-up's `only-if-cached` ask) use at once and any other request
+    /// confirms with the origin first.
+    pub fn with_log(mut self, log: VersionLog, restored: Vec<Restored>) -> Versions {
+        {
+            let mut metas = self.metas.lock().unwrap();
+            let now = Instant::now();
+            for r in restored {
+                let Some(at) = now.checked_sub(r.age.max(self.revalidate_after)) else {
+                    continue;
+                };
+                metas.insert(
+                    (r.bucket, r.key),
+                    Known {
+                        meta: r.meta,
+                        checked: at,
+                        since: at,
+                    },
+                );
+            }
+        }
+        self.log = Some(log);
+        self
+    }
+
+    /// Rewrites the log with what is known now (at stop: the next start reads
+    /// no more than that).
+    pub fn save(&self) -> std::io::Result<usize> {
+        let Some(log) = &self.log else { return Ok(0) };
+        let metas = self.metas.lock().unwrap();
+        rewrite(log, &metas)?;
+        Ok(metas.len())
     }
 
     /// What is known of `bucket/key` and may still be used under a rule's `ttl`
@@ -100,7 +139,12 @@ impl Versions {
         let id = (bucket.to_owned(), key.to_owned());
         let since = match metas.get(&id) {
             Some(k) if k.meta.etag == meta.etag => k.since,
-            _ => now,
+            _ => {
+                if let Some(log) = &self.log {
+                    log.learned(bucket, key, meta);
+                }
+                now
+            }
         };
         metas.insert(
             id,
@@ -110,6 +154,11 @@ impl Versions {
                 since,
             },
         );
+        if let Some(log) = self.log.as_ref().filter(|l| l.grown()) {
+            if let Err(e) = rewrite(log, &metas) {
+                tracing::warn!("cannot rewrite the versions log: {e}");
+            }
+        }
     }
 
     /// Asks `asked` for the version of `bucket/key` (pinned to `if_match`), once
@@ -168,11 +217,16 @@ impl Versions {
     /// Forgets what is known of an object (it changed at the origin); says
     /// whether anything was.
     pub fn forget(&self, bucket: &str, key: &str) -> bool {
-        self.metas
+        let known = self
+            .metas
             .lock()
             .unwrap()
             .remove(&(bucket.to_owned(), key.to_owned()))
-            .is_some()
+            .is_some();
+        if let Some(log) = self.log.as_ref().filter(|_| known) {
+            log.forgot(bucket, key);
+        }
+        known
     }
 
     /// Forgets the known version of an object unless it is `etag`.
@@ -181,6 +235,9 @@ impl Versions {
         let id = (bucket.to_owned(), key.to_owned());
         if metas.get(&id).is_some_and(|k| k.meta.etag != etag) {
             metas.remove(&id);
+            if let Some(log) = &self.log {
+                log.forgot(bucket, key);
+            }
         }
     }
 
@@ -190,5 +247,16 @@ impl Versions {
             .lock()
             .unwrap()
             .retain(|(b, k), _| !(b == bucket && k.starts_with(prefix)));
+        if let Some(log) = &self.log {
+            log.forgot(bucket, prefix);
+        }
     }
+}
+
+fn rewrite(log: &VersionLog, metas: &HashMap<(String, String), Known>) -> std::io::Result<()> {
+    log.rewrite(
+        metas
+            .iter()
+            .map(|((b, k), v)| (b.as_str(), k.as_str(), &v.meta, v.checked.elapsed())),
+    )
 }

@@ -62,6 +62,9 @@ impl Validator<'_> {
             peer_fill_timeout: n
                 .peer_fill_timeout
                 .map_or(defaults::PEER_FILL_TIMEOUT, |d| d.0),
+            stop_flush_timeout: n
+                .stop_flush_timeout
+                .map_or(defaults::STOP_FLUSH_TIMEOUT, |d| d.0),
         })
     }
 
