@@ -3,7 +3,7 @@
 //! on the network. Nothing here decides anything about S3.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Instant, UNIX_EPOCH};
 
 use shoal::store::pipe::Pipe;
 
@@ -47,7 +47,6 @@ pub fn wants(passthrough: bool) -> Wants {
 pub struct FuseFs {
     fs: Arc<Fs>,
     rt: tokio::runtime::Handle,
-    ttl: Duration,
     metrics: Arc<MountMetrics>,
     chan: Arc<Channel>,
     pipes: Arc<Pipes>,
@@ -67,11 +66,9 @@ impl FuseFs {
             }
             fs.set_passthrough(agreed.passthrough());
         }
-        let ttl = fs.options().metadata_ttl;
         Self {
             fs,
             rt,
-            ttl,
             metrics,
             chan,
             pipes: Default::default(),
@@ -83,6 +80,7 @@ impl FuseFs {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
+        self.metrics.count_op(op);
         let m = self.metrics.clone();
         let t = Instant::now();
         // Boxed: an operation's state is large, and the task moves it.
@@ -121,22 +119,23 @@ fn errno(e: &FsError) -> i32 {
 impl crate::kernel::Filesystem for FuseFs {
     fn lookup(&self, h: &Header, name: &[u8], reply: ReplyEntry) {
         let Ok(name) = std::str::from_utf8(name).map(str::to_owned) else {
+            self.metrics.count_op("lookup");
             return reply.error(libc::ENOENT);
         };
-        let (fs, ttl, ino) = (self.fs.clone(), self.ttl, h.nodeid);
+        let (fs, ino) = (self.fs.clone(), h.nodeid);
         self.spawn("lookup", async move {
             match fs.lookup(ino, &name).await {
-                Ok(a) => reply.entry(&file_attr(&a), ttl),
+                Ok(a) => reply.entry(&file_attr(&a), a.valid),
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
     fn getattr(&self, h: &Header, reply: ReplyAttr) {
-        let (fs, ttl, ino) = (self.fs.clone(), self.ttl, h.nodeid);
+        let (fs, ino) = (self.fs.clone(), h.nodeid);
         self.spawn("getattr", async move {
             match fs.getattr(ino).await {
-                Ok(a) => reply.attr(&file_attr(&a), ttl),
+                Ok(a) => reply.attr(&file_attr(&a), a.valid),
                 Err(e) => reply.error(errno(&e)),
             }
         })
@@ -175,7 +174,16 @@ impl crate::kernel::Filesystem for FuseFs {
         })
     }
 
+    fn forget(&self, _h: &Header, _nlookup: u64) {
+        self.metrics.count_op("forget");
+    }
+
+    fn batch_forget(&self, _h: &Header, _items: &[(u64, u64)]) {
+        self.metrics.count_op("batch_forget");
+    }
+
     fn release(&self, _h: &Header, fh: u64, reply: ReplyEmpty) {
+        self.metrics.count_op("release");
         self.fs.release(fh);
         self.fs.passthrough.release(fh);
         reply.ok();
@@ -192,19 +200,22 @@ impl crate::kernel::Filesystem for FuseFs {
     }
 
     fn readdir(&self, _h: &Header, fh: u64, offset: u64, size: u32, plus: bool, reply: ReplyDir) {
+        self.metrics
+            .count_op(if plus { "readdirplus" } else { "readdir" });
         let items = match self.fs.dir_items(fh, offset) {
             Ok(items) => items,
             Err(e) => return reply.error(errno(&e)),
         };
         let mut buf = DirBuf::new(size, plus);
         for d in items {
-            // Attributes come from the listing: no HEAD per file.
+            // Attributes come from the listing: no HEAD per file. The kernel
+            // keeps the name and them for what is left of the listing's ttl.
             let Ok(a) = self.fs.getattr_cached(d.ino) else {
                 continue;
             };
             let mut attr = file_attr(&a);
             attr.ino = d.ino;
-            if !buf.push(d.next, &d.name, &attr, self.ttl) {
+            if !buf.push(d.next, &d.name, &attr, a.valid) {
                 break;
             }
         }
@@ -212,6 +223,7 @@ impl crate::kernel::Filesystem for FuseFs {
     }
 
     fn releasedir(&self, _h: &Header, fh: u64, reply: ReplyEmpty) {
+        self.metrics.count_op("releasedir");
         self.fs.releasedir(fh);
         reply.ok();
     }
@@ -219,19 +231,23 @@ impl crate::kernel::Filesystem for FuseFs {
     // An object store has no fixed size; report a large, empty-looking volume
     // so tools that check free space do not refuse to read.
     fn statfs(&self, _h: &Header, reply: ReplyStatfs) {
+        self.metrics.count_op("statfs");
         reply.statfs(1 << 40, 1 << 32, MAX_REQUEST, 255)
     }
 
     // Nothing is ever written, so there is nothing to flush.
     fn flush(&self, _h: &Header, reply: ReplyEmpty) {
+        self.metrics.count_op("flush");
         reply.ok()
     }
 
     fn getxattr(&self, _h: &Header, _size: u32, reply: ReplyXattr) {
+        self.metrics.count_op("getxattr");
         reply.error(libc::ENODATA)
     }
 
     fn listxattr(&self, _h: &Header, size: u32, reply: ReplyXattr) {
+        self.metrics.count_op("listxattr");
         match size {
             0 => reply.size(0),
             _ => reply.data(&[]),
@@ -239,6 +255,7 @@ impl crate::kernel::Filesystem for FuseFs {
     }
 
     fn access(&self, _h: &Header, mask: u32, reply: ReplyEmpty) {
+        self.metrics.count_op("access");
         if mask & libc::W_OK as u32 != 0 {
             reply.error(libc::EROFS)
         } else {

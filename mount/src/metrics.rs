@@ -28,6 +28,9 @@ pub struct OpLabel {
 pub struct MountMetrics {
     /// FUSE operation latency in seconds, by operation.
     pub op_seconds: Family<OpLabel, Histogram>,
+    /// FUSE requests received, by operation (every kind, including those
+    /// answered at once): what a workload costs in kernel round trips.
+    pub ops: Family<OpLabel, Counter>,
     /// The filesystem's own counts, brought up to date before each scrape.
     pub reads: Counter,
     pub read_bytes: Counter,
@@ -54,6 +57,7 @@ impl Default for MountMetrics {
             op_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0001, 4.0, 10))
             }),
+            ops: Default::default(),
             reads: Default::default(),
             read_bytes: Default::default(),
             readahead_blocks: Default::default(),
@@ -73,6 +77,10 @@ impl Default for MountMetrics {
 }
 
 impl MountMetrics {
+    pub fn count_op(&self, op: &'static str) {
+        self.ops.get_or_create(&OpLabel { op }).inc();
+    }
+
     pub fn observe_op(&self, op: &'static str, took: Duration) {
         self.op_seconds
             .get_or_create(&OpLabel { op })
@@ -83,6 +91,7 @@ impl MountMetrics {
         let p = r.sub_registry_with_prefix("shoal_mount");
         shoal::register_metrics!(p,
             "op_seconds" => self.op_seconds, "FUSE operation latency, by operation";
+            "ops" => self.ops, "FUSE requests received, by operation";
             "reads" => self.reads, "FUSE reads served";
             "read_bytes" => self.read_bytes, "Bytes returned to FUSE reads";
             "readahead_blocks" => self.readahead_blocks, "Blocks fetched ahead of sequential reads (or, for spliced reads, asked of their nodes ahead)";

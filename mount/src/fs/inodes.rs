@@ -18,8 +18,9 @@ pub(super) struct Inode {
     pub size: u64,
     pub etag: String,
     pub mtime: SystemTime,
-    /// When size/ETag were last learned from the origin; never, for an inode a
-    /// successor took over (it asks again first).
+    /// When it was last learned from the origin (a file's size and ETag, a
+    /// directory's being there), as old as the listing it came in; never, for
+    /// an inode a successor took over (it asks again first).
     pub fetched: Option<Instant>,
     /// The version whose bytes the kernel page cache may hold for this inode. The
     /// page cache is per inode, not per handle: a handle pinned to another version
@@ -104,11 +105,14 @@ impl Inodes {
     }
 
     /// The inode for `path`, created on first sight; updates file attributes.
+    /// `seen`: when the source had it so (a node's cached listing is older
+    /// than its answer).
     pub fn intern(
         &self,
         path: &str,
         kind: Kind,
         meta: Option<(u64, &str, Option<SystemTime>)>,
+        seen: Instant,
     ) -> u64 {
         let mut t = self.table.lock().unwrap();
         let ino = match t.by_path.get(path) {
@@ -132,7 +136,7 @@ impl Inodes {
                         size: 0,
                         etag: String::new(),
                         mtime: self.mounted_at,
-                        fetched: Some(Instant::now()),
+                        fetched: Some(seen),
                         page_version: None,
                         archived: false,
                     },
@@ -140,11 +144,16 @@ impl Inodes {
                 ino
             }
         };
-        if let (Some((size, etag, mtime)), Some(node)) = (meta, t.by_ino.get_mut(&ino)) {
+        let Some(node) = t.by_ino.get_mut(&ino) else {
+            return ino;
+        };
+        if let Some((size, etag, mtime)) = meta {
             node.size = size;
             node.etag = etag.to_owned();
             node.mtime = mtime.unwrap_or(SystemTime::UNIX_EPOCH);
-            node.fetched = Some(Instant::now());
+            node.fetched = Some(seen);
+        } else if kind == Kind::Dir {
+            node.fetched = Some(seen);
         }
         ino
     }
@@ -179,6 +188,9 @@ impl Inodes {
             },
             uid: o.uid,
             gid: o.gid,
+            valid: n.fetched.map_or(Duration::ZERO, |f| {
+                o.metadata_ttl.saturating_sub(f.elapsed())
+            }),
         })
     }
 

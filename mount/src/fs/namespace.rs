@@ -74,7 +74,13 @@ impl Namespace {
         if let Some(path) = self.inodes.stale_file(ino, self.opts.metadata_ttl)? {
             self.refresh_file(&path).await?;
         }
-        self.getattr_cached(ino)
+        let mut a = self.getattr_cached(ino)?;
+        // A directory's attributes never change; whether it is still there is
+        // its entry's question (LOOKUP), not this one's.
+        if a.kind == Kind::Dir {
+            a.valid = self.opts.metadata_ttl;
+        }
+        Ok(a)
     }
 
     /// The file `path` as the source has it now.
@@ -83,7 +89,13 @@ impl Namespace {
             .source
             .head(&GetObject::new(&self.opts.bucket, self.full_key(path)))
             .await?;
-        let ino = self.intern_file(path, meta.size, &meta.etag, meta.last_modified);
+        let ino = self.intern_file(
+            path,
+            meta.size,
+            &meta.etag,
+            meta.last_modified,
+            Instant::now(),
+        );
         self.inodes.set_archived(ino, meta.archived().is_some());
         Ok(meta)
     }
@@ -92,11 +104,18 @@ impl Namespace {
     /// kernel reads through a passthrough backing file (which holds the old
     /// version, and which every open of that inode must share) gets the path a
     /// new inode, so the next open reads the new version.
-    fn intern_file(&self, path: &str, size: u64, etag: &str, mtime: Option<SystemTime>) -> u64 {
+    fn intern_file(
+        &self,
+        path: &str,
+        size: u64,
+        etag: &str,
+        mtime: Option<SystemTime>,
+        seen: Instant,
+    ) -> u64 {
         self.inodes
             .renumber_if_changed(path, etag, |old| self.passthrough.has_backing(old));
         self.inodes
-            .intern(path, Kind::File, Some((size, etag, mtime)))
+            .intern(path, Kind::File, Some((size, etag, mtime)), seen)
     }
 
     /// The entries of directory `ino`, from the cache or a fresh listing.
@@ -141,6 +160,11 @@ impl Namespace {
             .and_then(|l| (l.fetched.elapsed() < self.opts.metadata_ttl).then(|| l.entries.clone()))
     }
 
+    /// Whether directory `ino` has had a listing (fresh or not).
+    fn was_listed(&self, ino: u64) -> bool {
+        self.dirs.lock().unwrap().contains_key(&ino)
+    }
+
     /// Drops every cached listing (an object changed under one of them).
     pub fn forget_listings(&self) {
         self.dirs.lock().unwrap().clear();
@@ -160,7 +184,10 @@ impl Namespace {
         loop {
             let page = self.source.list_page(&req).await?;
             self.stats.listings.fetch_add(1, Relaxed);
-            age = age.max(page.age.unwrap_or_default());
+            let page_age = page.age.unwrap_or_default();
+            age = age.max(page_age);
+            let now = Instant::now();
+            let seen = now.checked_sub(page_age).unwrap_or(now);
             for cp in &page.common_prefixes {
                 let name = cp[dir_key.len()..].trim_end_matches('/');
                 if let Some(why) = names::problem(name) {
@@ -169,7 +196,7 @@ impl Namespace {
                 }
                 let ino = self
                     .inodes
-                    .intern(&format!("{path}{name}/"), Kind::Dir, None);
+                    .intern(&format!("{path}{name}/"), Kind::Dir, None, seen);
                 let entry = DirEntry {
                     name: name.to_owned(),
                     ino,
@@ -191,8 +218,13 @@ impl Namespace {
                     tracing::info!(key = %o.key, "key is both a file and a directory prefix; showing the directory");
                     continue;
                 }
-                let ino =
-                    self.intern_file(&format!("{path}{name}"), o.size, &o.etag, o.last_modified);
+                let ino = self.intern_file(
+                    &format!("{path}{name}"),
+                    o.size,
+                    &o.etag,
+                    o.last_modified,
+                    seen,
+                );
                 self.inodes.set_archived(ino, o.archived());
                 let entry = DirEntry {
                     name: name.to_owned(),
@@ -222,7 +254,7 @@ impl Namespace {
     }
 
     /// The child `name` of directory `parent`.
-    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr, FsError> {
+    pub async fn lookup(self: &Arc<Self>, parent: u64, name: &str) -> Result<Attr, FsError> {
         if names::problem(name).is_some() {
             return Err(FsError::NotFound);
         }
@@ -230,10 +262,16 @@ impl Namespace {
         if pkind != Kind::Dir {
             return Err(FsError::NotDir);
         }
-        // A fresh listing of the parent answers without asking the origin.
-        let cached = self
-            .fresh_listing(parent)
-            .map(|entries| find_entry(&entries, name).map(|i| entries[i].ino));
+        // A fresh listing of the parent answers without asking the origin. A
+        // directory listed before whose listing expired (a walk's names the
+        // kernel let go of) is listed again, once however many names are
+        // asked, rather than probed name by name.
+        let listing = match self.fresh_listing(parent) {
+            Some(entries) => Some(entries),
+            None if self.was_listed(parent) => Some(self.readdir(parent).await?),
+            None => None,
+        };
+        let cached = listing.map(|entries| find_entry(&entries, name).map(|i| entries[i].ino));
         match cached {
             Some(Some(ino)) => return self.getattr_cached(ino),
             Some(None) => return Err(FsError::NotFound),
@@ -258,12 +296,20 @@ impl Namespace {
         let (dir, file) = tokio::join!(self.source.list_page(&probe), self.source.head(&head));
         let dir = dir?;
         if !dir.objects.is_empty() || !dir.common_prefixes.is_empty() {
-            let ino = self.inodes.intern(&dir_path, Kind::Dir, None);
+            let ino = self
+                .inodes
+                .intern(&dir_path, Kind::Dir, None, Instant::now());
             return self.getattr_cached(ino);
         }
         match file {
             Ok(meta) => {
-                let ino = self.intern_file(&file_path, meta.size, &meta.etag, meta.last_modified);
+                let ino = self.intern_file(
+                    &file_path,
+                    meta.size,
+                    &meta.etag,
+                    meta.last_modified,
+                    Instant::now(),
+                );
                 self.inodes.set_archived(ino, meta.archived().is_some());
                 self.getattr_cached(ino)
             }

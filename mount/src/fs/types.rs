@@ -22,6 +22,10 @@ pub struct Attr {
     pub perm: u16,
     pub uid: u32,
     pub gid: u32,
+    /// How much longer what this says is fresh (what is left of
+    /// `metadata_ttl` since it was learned): how long the kernel may keep it,
+    /// and the name it came with, without asking again.
+    pub valid: Duration,
 }
 
 #[derive(Clone, Debug)]

@@ -249,3 +249,97 @@ async fn a_walk_completes_when_a_node_dies_midway_and_when_all_are_down() {
     assert!(fallbacks >= (DIRS + 1) as f64, "{fallbacks} fallbacks");
     assert!(listings(&metrics2, "origin").await >= (DIRS + 1) as f64);
 }
+
+/// Directories walked by the kernel-cache test, each with more names than one
+/// READDIRPLUS answer holds, so each is read in several.
+const WALKED_DIRS: usize = 3;
+const WALKED_FILES: usize = 250;
+
+/// How many requests of kind `op` a mount has had from the kernel.
+async fn ops(metrics: &str, op: &str) -> f64 {
+    metric(
+        &scrape(metrics).await,
+        &format!("shoal_mount_ops_total{{op=\"{op}\"}}"),
+    )
+}
+
+/// `find . -type f | xargs stat` over `root`: the size and path of every file.
+async fn find_stat(root: &Path) -> std::collections::BTreeSet<String> {
+    sh_ok(&format!(
+        "cd {} && find . -type f | xargs -d '\\n' stat -c '%s %n'",
+        q(root)
+    ))
+    .await
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// A walk costs the mount one READDIRPLUS per page of names and nothing per
+/// name: the kernel keeps each entry and its attributes for what is left of
+/// the listing's `metadata_ttl` (a listing a node kept for a while has that
+/// much less), so `stat` after `find` sends no LOOKUP or GETATTR, and a
+/// changed object is seen once the listing it came in has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walk_after_readdirplus_asks_the_mount_nothing_per_name_within_metadata_ttl() {
+    const TTL: Duration = Duration::from_secs(10);
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut want = std::collections::BTreeSet::new();
+    for d in 0..WALKED_DIRS {
+        for f in 0..WALKED_FILES {
+            o.put(
+                BUCKET,
+                &format!("w/d{d}/file-{f:05}.dat"),
+                data(f % 97, f as u64),
+            );
+            want.insert(format!("{} ./w/d{d}/file-{f:05}.dat", f % 97));
+        }
+    }
+    let n1 = start_node(&o, dir.path(), "n1");
+    let toml = mount_toml(&o, &[&n1], "");
+    let per_name = ["lookup", "getattr"];
+
+    let t0 = std::time::Instant::now();
+    let (a, a_metrics) = mount_with_metrics(&toml, &["--metadata-ttl", "10s"]);
+    std::fs::metadata(&a.mnt).unwrap();
+    let mut before = Vec::new();
+    for op in per_name {
+        before.push(ops(&a_metrics, op).await);
+    }
+    assert_eq!(find_stat(&a.mnt).await, want, "the walk sees the tree");
+    assert_eq!(find_stat(&a.mnt).await, want, "and so does a second");
+    assert!(
+        t0.elapsed() < TTL,
+        "two walks took {:?}, longer than the metadata_ttl this test needs them within",
+        t0.elapsed()
+    );
+    for (op, was) in per_name.iter().zip(&before) {
+        let n = ops(&a_metrics, op).await - was;
+        assert_eq!(n, 0.0, "{n} {op} requests for names given with READDIRPLUS");
+    }
+    assert!(ops(&a_metrics, "readdirplus").await >= (2 * (WALKED_DIRS + 2)) as f64);
+
+    // A second mount halfway through the ttl gets the node's listings, half
+    // as fresh: its kernel keeps them only for the half left.
+    tokio::time::sleep((TTL / 2).saturating_sub(t0.elapsed())).await;
+    let (b, b_metrics) = mount_with_metrics(&toml, &["--metadata-ttl", "10s"]);
+    std::fs::metadata(&b.mnt).unwrap();
+    let lookups = ops(&b_metrics, "lookup").await;
+    assert_eq!(find_stat(&b.mnt).await, want);
+    assert_eq!(ops(&b_metrics, "lookup").await - lookups, 0.0);
+
+    let changed = "w/d1/file-00007.dat";
+    o.put(BUCKET, changed, data(5000, 1));
+    let size = |m: &Mount| std::fs::metadata(m.path(changed)).unwrap().len();
+    let grace = Duration::from_secs(3);
+    wait_until("the second mount sees the new size", TTL + grace, || {
+        size(&b) == 5000
+    });
+    assert!(
+        t0.elapsed() < TTL + grace,
+        "seen {:?} after the listing was made: its kernel kept it past the listing's ttl",
+        t0.elapsed()
+    );
+    wait_until("the first mount sees it too", grace, || size(&a) == 5000);
+}
