@@ -1,6 +1,7 @@
 //! `shoal`: see and steer a shoal cluster: warm a prefix, check nodes, explain
 //! where a block goes, purge cached data.
 
+mod drain;
 mod purge;
 mod route;
 mod status;
@@ -38,6 +39,10 @@ enum Command {
     Route(route::Args),
     /// Drop cached data of one key (or a prefix) on every node.
     Purge(purge::Args),
+    /// Hand a leaving node's blocks to the nodes that own them once it is gone
+    /// (they take them from it, not from the origin), then say it can be removed.
+    /// Exits non-zero when a batch failed or --timeout cut the hand-back short.
+    Drain(drain::Args),
     /// Print shell completions.
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
             Command::Status(a) => status::run(&cfg, a).await,
             Command::Route(a) => route::run(&cfg, a),
             Command::Purge(a) => purge::run(&cfg, a).await,
+            Command::Drain(a) => drain::run(&cfg, a).await,
             Command::Completions { .. } => unreachable!("handled above"),
         }
     });

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod error;
 pub mod forwarded_writes;
+mod handback;
 pub mod lists;
 pub mod objects;
 pub mod passthrough;

@@ -22,7 +22,7 @@ pub struct PurgeRoute {
 /// Most bytes of a batch purge body.
 const PURGE_BODY_LIMIT: usize = 1 << 20;
 
-fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
+pub(super) fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
     uri.query()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k == name).then(|| {
@@ -42,7 +42,8 @@ impl s3s::route::S3Route for PurgeRoute {
         _: &http::HeaderMap,
         _: &mut http::Extensions,
     ) -> bool {
-        method == http::Method::POST && query_param(uri, "shoal-purge").is_some()
+        method == http::Method::POST
+            && (query_param(uri, "shoal-purge").is_some() || super::handback::asks(uri))
     }
 
     async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
@@ -63,6 +64,9 @@ impl s3s::route::S3Route for PurgeRoute {
                 InvalidArgument,
                 "purge needs a bucket: POST /BUCKET?shoal-purge&key=K"
             ));
+        }
+        if super::handback::asks(&req.uri) {
+            return super::handback::call(self, req, bucket).await;
         }
         let local = query_param(&req.uri, "shoal-local").is_some();
         let mut input = req.input;

@@ -19,6 +19,7 @@
 
 mod error;
 mod fetch;
+mod handback;
 mod peer;
 mod read;
 mod stop;
@@ -38,6 +39,7 @@ use shoal::store::{ObjectMeta, ObjectStore};
 pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
 pub use error::NodeError;
 pub use fetch::Upstream;
+pub use handback::{HandbackError, Handed, Taken};
 pub use peer::{only_if_cached, Peers};
 pub use read::{BlockStream, SyncStream};
 
@@ -85,6 +87,8 @@ pub struct Node {
     /// forward.
     tiers: Tiers<bool, NodeError>,
     source: Arc<fetch::Source>,
+    /// Where the disk tier's files are, if it has one.
+    disk_dir: Option<std::path::PathBuf>,
     /// Listing pages and missing keys.
     pub metadata: MetadataCache,
     pub metrics: Arc<Metrics>,
@@ -129,6 +133,7 @@ impl Node {
                 disk.map(|d| Arc::new(d) as Arc<dyn shoal::blocks::BlockCache>),
             ),
             versions,
+            disk_dir: o.disk.as_ref().filter(|d| d.1 > 0).map(|d| d.0.clone()),
             rules: Rules::new(o.rules, o.block_size),
             metadata: MetadataCache::new(o.metadata_ttl, o.metadata_size),
             source: Arc::new(fetch::Source {

@@ -60,10 +60,26 @@ impl Peers {
         if self.timeout.is_zero() || !into.is_empty() {
             return None;
         }
-        let start = bk.start();
         let peer = self
             .reader
-            .runner_up(&bk.bucket, &bk.key, start, &self.self_id)?;
+            .runner_up(&bk.bucket, &bk.key, bk.start(), &self.self_id)?;
+        self.fill_from(&peer, self.timeout, bk, size, into, metrics)
+            .await
+    }
+
+    /// [`Self::fill`] from node `peer`, which has `timeout` to start answering
+    /// (a leaving node handing its blocks back, say).
+    pub async fn fill_from(
+        &self,
+        peer: &str,
+        timeout: Duration,
+        bk: &BlockKey,
+        size: Option<u64>,
+        into: &mut Fill<NodeError>,
+        metrics: &Metrics,
+    ) -> Option<ObjectMeta> {
+        let peer = peer.to_owned();
+        let start = bk.start();
         let (mut req, want) = super::fetch::block_get(bk, size);
         shoal::store::ExtraHeaders::set_header(
             &mut req,
@@ -75,7 +91,7 @@ impl Peers {
         // A node never forwards a request that passed through another.
         shoal::node_proto::set_hop(&mut req, 1);
         let store = self.reader.node_store(&peer);
-        let result = match tokio::time::timeout(self.timeout, store.get_range(&req)).await {
+        let result = match tokio::time::timeout(timeout, store.get_range(&req)).await {
             Err(_) => Err(PeerFill::Timeout),
             Ok(Err(e)) if shoal::node_proto::is_not_cached(&e) => Err(PeerFill::Miss),
             Ok(Err(e)) => {
