@@ -306,3 +306,452 @@ async fn a_runner_ups_copy_is_taken_only_for_the_version_asked() {
     let seen = origins[runner_up].stats.snapshot();
     assert_eq!(seen.count("GET") + seen.count("HEAD"), 0, "{seen:?}");
 }
+
+/// Names in `/etc/hosts` for the test's life: a cluster found by DNS, as a
+/// StatefulSet's headless Service gives it, on loopback addresses.
+struct Hosts {
+    lines: Vec<String>,
+}
+
+impl Hosts {
+    /// `None` when `/etc/hosts` cannot be written (not root): the test is
+    /// skipped, saying so.
+    fn new() -> Option<Hosts> {
+        let probe = std::fs::OpenOptions::new().append(true).open("/etc/hosts");
+        if let Err(e) = probe {
+            eprintln!("skipped: /etc/hosts is not writable ({e})");
+            return None;
+        }
+        Some(Hosts { lines: Vec::new() })
+    }
+
+    fn add(&mut self, ip: &str, name: &str) {
+        use std::io::Write;
+        let line = format!("{ip} {name}");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/etc/hosts")
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+        self.lines.push(line);
+    }
+
+    fn remove(&mut self, ip: &str) {
+        let gone: Vec<String> = self
+            .lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("{ip} ")))
+            .cloned()
+            .collect();
+        let text = std::fs::read_to_string("/etc/hosts").unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|l| !gone.iter().any(|g| g == l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        // In place: /etc/hosts may be a bind mount, which a rename would not
+        // replace.
+        std::fs::write("/etc/hosts", kept).unwrap();
+        self.lines.retain(|l| !gone.contains(l));
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ip in self
+            .lines
+            .iter()
+            .filter_map(|l| l.split(' ').next())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        {
+            self.remove(&ip);
+        }
+    }
+}
+
+/// A fleet found by one DNS name: node `i` listens on `127.0.0.(base+i):port`.
+struct DnsFleet {
+    dir: tempfile::TempDir,
+    name: String,
+    port: u16,
+    base: u8,
+    hosts: Hosts,
+    origins: Vec<Origin>,
+    /// The readers' own origin (their fallback), counted with the nodes'.
+    reader_origin: Origin,
+    nodes: Vec<Option<NodeProcess>>,
+    bodies: Vec<Bytes>,
+}
+
+impl DnsFleet {
+    async fn new(n: usize, base: u8, seed: u64) -> Option<DnsFleet> {
+        let hosts = Hosts::new()?;
+        // One port free on every address the fleet may use.
+        let port = loop {
+            let p = free_addr()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse::<u16>()
+                .unwrap();
+            if (0..6)
+                .all(|i| std::net::TcpListener::bind((format!("127.0.0.{}", base + i), p)).is_ok())
+            {
+                break p;
+            }
+        };
+        let bodies: Vec<Bytes> = (0..KEYS.len())
+            .map(|i| data(16 * MIB as usize, seed + i as u64))
+            .collect();
+        let mut fleet = DnsFleet {
+            dir: tempfile::tempdir().unwrap(),
+            name: format!("fleet{}-{base}.shoal.test", std::process::id()),
+            port,
+            base,
+            hosts,
+            origins: Vec::new(),
+            reader_origin: origin().await,
+            nodes: Vec::new(),
+            bodies,
+        };
+        for (k, b) in KEYS.iter().zip(&fleet.bodies) {
+            fleet.reader_origin.put(BUCKET, k, b.clone());
+        }
+        for _ in 0..n {
+            fleet.add().await;
+        }
+        Some(fleet)
+    }
+
+    fn ip(&self, i: usize) -> String {
+        format!("127.0.0.{}", self.base + i as u8)
+    }
+
+    fn id(&self, i: usize) -> String {
+        format!("{}:{}", self.ip(i), self.port)
+    }
+
+    fn cluster(&self) -> String {
+        cluster_toml(&[], "").replace(
+            "nodes = []",
+            &format!(
+                "dns = \"{}:{}\"\nrefresh = \"500ms\"\ndown_for = \"1s\"",
+                self.name, self.port
+            ),
+        )
+    }
+
+    fn config(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("n{i}.toml"))
+    }
+
+    /// A new node with an origin of its own, in DNS once it listens.
+    async fn add(&mut self) {
+        let i = self.nodes.len();
+        let o = origin().await;
+        for (k, b) in KEYS.iter().zip(&self.bodies) {
+            o.put(BUCKET, k, b.clone());
+        }
+        let dir = self.dir.path();
+        let toml = node_toml(
+            &o,
+            &format!(
+                "peer_fill_timeout = \"150ms\"\nshutdown_timeout = \"5s\"\naccess_log = \"{}\"",
+                dir.join(format!("access{i}.log")).display()
+            ),
+            &format!(
+                "[cache]\nram_size = \"256MiB\"\ndisk_size = \"256MiB\"\ndata_dir = \"{}\"\n{}",
+                dir.join(format!("disk{i}")).display(),
+                self.cluster()
+            ),
+        )
+        .replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{}\"", self.id(i)),
+        );
+        std::fs::write(self.config(i), toml).unwrap();
+        self.origins.push(o);
+        self.nodes.push(Some(NodeProcess::spawn(&self.config(i))));
+        let (ip, name) = (self.ip(i), self.name.clone());
+        self.hosts.add(&ip, &name);
+        // Every node and reader refreshes the name twice a second.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+    }
+
+    /// SIGTERM, and the exit waited for.
+    fn stop(&mut self, i: usize) {
+        let mut n = self.nodes[i].take().expect("running");
+        signal(n.pid(), "-TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while n.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "node {i} did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for l in n.log_lines("stopping") {
+            eprintln!("node {i}: {l}");
+        }
+    }
+
+    fn start(&mut self, i: usize) -> Duration {
+        let t = Instant::now();
+        self.nodes[i] = Some(NodeProcess::spawn(&self.config(i)));
+        t.elapsed()
+    }
+
+    fn origin_bytes(&self) -> u64 {
+        origin_bytes(&self.origins) + self.reader_origin.stats.snapshot().body_bytes_sent
+    }
+
+    fn reset(&self) {
+        for o in self.origins.iter().chain([&self.reader_origin]) {
+            o.stats.reset();
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.bodies.iter().map(|b| b.len() as u64).sum()
+    }
+
+    fn reader(&self, ram_bytes: u64) -> std::sync::Arc<ClusterReader> {
+        let cfg = parse(&format!(
+            "{}{}",
+            origin_toml(&self.reader_origin),
+            self.cluster()
+        ));
+        let reader = ClusterReader::new(
+            origin_client(&self.reader_origin),
+            cfg.cluster(),
+            ReaderOptions {
+                ram_bytes,
+                ..Default::default()
+            },
+        );
+        reader
+    }
+
+    /// Every object read whole by a fresh reader, each byte checked.
+    async fn read_all(&self) {
+        let reader = self.reader(64 << 20);
+        reader.router().membership().refresh().await.unwrap();
+        for (key, body) in KEYS.iter().zip(&self.bodies) {
+            let h = reader.open(BUCKET, key, None).await.unwrap();
+            let got = h.read(0, body.len() as u64).await.unwrap();
+            assert!(got == *body, "{key}: the bytes read differ");
+        }
+    }
+
+    async fn disk_bytes(&self, i: usize) -> u64 {
+        let n = self.nodes[i].as_ref().unwrap();
+        metric(
+            &scrape(&n.addr).await,
+            "shoal_node_cache_bytes{tier=\"disk\"}",
+        ) as u64
+    }
+}
+
+/// Readers reading 4 MiB pieces of the objects in turn until stopped, every
+/// byte checked: how many reads they made and how many failed.
+struct Readers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    failed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Readers {
+    fn start(fleet: &DnsFleet, n: usize) -> Readers {
+        use std::sync::atomic::Ordering::Relaxed;
+        let r = Readers {
+            stop: Default::default(),
+            reads: Default::default(),
+            failed: Default::default(),
+            tasks: Vec::new(),
+        };
+        let mut tasks = Vec::new();
+        for t in 0..n {
+            // No RAM of their own: every read goes to the nodes.
+            let reader = fleet.reader(0);
+            let bodies = fleet.bodies.clone();
+            let (stop, reads, failed) = (r.stop.clone(), r.reads.clone(), r.failed.clone());
+            tasks.push(tokio::spawn(async move {
+                let piece = 4 * MIB;
+                let mut i = t as u64;
+                while !stop.load(Relaxed) {
+                    let k = (i as usize) % KEYS.len();
+                    let body = &bodies[k];
+                    let at = (i * piece) % body.len() as u64;
+                    i += 1;
+                    let ok = match reader.open(BUCKET, KEYS[k], None).await {
+                        Ok(h) => match h.read(at, piece).await {
+                            Ok(got) => got == body.slice(at as usize..(at + piece) as usize),
+                            Err(e) => {
+                                eprintln!("read failed: {e}");
+                                false
+                            }
+                        },
+                        Err(e) => {
+                            eprintln!("open failed: {e}");
+                            false
+                        }
+                    };
+                    reads.fetch_add(1, Relaxed);
+                    if !ok {
+                        failed.fetch_add(1, Relaxed);
+                    }
+                }
+            }));
+        }
+        Readers { tasks, ..r }
+    }
+
+    /// Waits until the readers have made `n` more reads.
+    async fn progress(&self, n: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let until = self.reads.load(Relaxed) + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.reads.load(Relaxed) < until {
+            assert!(Instant::now() < deadline, "readers stalled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn finish(self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stop.store(true, Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        (self.reads.load(Relaxed), self.failed.load(Relaxed))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_stopped_and_started_in_turn_cost_the_origin_only_while_away() {
+    let Some(mut fleet) = DnsFleet::new(3, 10, 390).await else {
+        return;
+    };
+    fleet.read_all().await;
+    let total = fleet.total();
+    assert!(fleet.origin_bytes() >= total);
+    let readers = Readers::start(&fleet, 2);
+    readers.progress(8).await;
+    let mut rows = Vec::new();
+    for i in 0..3 {
+        let held = fleet.disk_bytes(i).await;
+        fleet.reset();
+        fleet.stop(i);
+        // Long enough for the readers to pass over every block of the node.
+        readers.progress(16).await;
+        let away = fleet.origin_bytes();
+        let took = fleet.start(i);
+        // The readers try it again once their down mark (1 s) is over.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        fleet.reset();
+        readers.progress(16).await;
+        let back = fleet.origin_bytes();
+        eprintln!(
+            "node {i} stopped: origin bytes {away} while away (it held {held}), {back} once back; started in {took:?}"
+        );
+        rows.push((i, held, away, back));
+    }
+    let (reads, failed) = readers.finish().await;
+    eprintln!("readers: {reads} reads, {failed} failed");
+    assert_eq!(failed, 0, "reads failed while nodes restarted");
+    for (i, held, away, back) in &rows {
+        assert!(away <= held, "node {i}: away cost {away}, it held {held}");
+        assert_eq!(*back, 0, "node {i}: once back the origins sent {back}");
+    }
+    // Everything once more: each node serves its blocks from its disk.
+    fleet.reset();
+    fleet.read_all().await;
+    let again = fleet.origin_bytes();
+    eprintln!("after the restarts: origin bytes {again} for {total} read again");
+    assert_eq!(again, 0, "a restarted node fetched again what it held");
+
+    // A fourth node joins the restarted three: it fills from the blocks'
+    // previous owners, whose disks hold them since before their restart.
+    fleet.reset();
+    fleet.add().await;
+    fleet.read_all().await;
+    let joined = fleet.origin_bytes();
+    let text = scrape(&fleet.id(3)).await;
+    let hits = metric(&text, "shoal_node_peer_fills_total{result=\"hit\"}");
+    let misses = metric(&text, "shoal_node_peer_fills_total{result=\"miss\"}");
+    let ratio = joined as f64 / total as f64;
+    eprintln!(
+        "join after restarts: origin bytes {joined} for {total} ({ratio:.3}x); peer fills {hits} hit, {misses} miss"
+    );
+    assert!(
+        ratio <= 0.02,
+        "a join after restarts cost the origins {ratio:.3}x: restarted owners answered {misses} asks 504"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_hands_its_blocks_back_before_it_goes() {
+    let Some(mut fleet) = DnsFleet::new(3, 20, 395).await else {
+        return;
+    };
+    fleet.read_all().await;
+    let total = fleet.total();
+    assert!(fleet.origin_bytes() >= total);
+    // Node 1 leaves: its blocks go to their runner-ups, from it.
+    let leaving = 1;
+    let held = fleet.disk_bytes(leaving).await;
+    fleet.reset();
+    let cli = fleet.dir.path().join("cli.toml");
+    std::fs::write(
+        &cli,
+        format!("{}{}", origin_toml(&fleet.reader_origin), fleet.cluster()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin("shoal"))
+        .arg("--config")
+        .arg(&cli)
+        .args([
+            "drain",
+            &fleet.id(leaving),
+            "--bucket",
+            BUCKET,
+            "--batch",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "shoal drain failed");
+    assert!(said.contains("it can be removed now"), "{said}");
+    let handed = fleet.origin_bytes();
+    assert_eq!(
+        handed, 0,
+        "the hand-back asked the origins for {handed} bytes"
+    );
+    // Removed from DNS, then stopped.
+    let ip = fleet.ip(leaving);
+    fleet.hosts.remove(&ip);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    fleet.stop(leaving);
+    fleet.read_all().await;
+    let again = fleet.origin_bytes();
+    let ratio = again as f64 / total as f64;
+    eprintln!(
+        "drain and removal: the leaving node held {held} bytes on disk; origin bytes {again} for {total} read again ({ratio:.3}x)"
+    );
+    assert!(
+        ratio <= 0.02,
+        "removing a drained node cost the origins {ratio:.3}x the data read again"
+    );
+
+    // Bad input is refused clearly, and asks nothing of anyone.
+    let bad = std::process::Command::new(bin("shoal"))
+        .arg("--config")
+        .arg(&cli)
+        .args(["drain", "127.0.0.99:1", "--bucket", BUCKET])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(err.contains("is not a node of the cluster"), "{err}");
+}
