@@ -2,6 +2,12 @@
 
 /// Sends `READY=1` to `$NOTIFY_SOCKET` when there is one; a no-op otherwise.
 pub fn ready() {
+    send("READY=1");
+}
+
+/// Sends `state` (lines like `MAINPID=N`, `RELOADING=1`) to `$NOTIFY_SOCKET` when
+/// there is one; a no-op otherwise.
+pub fn send(state: &str) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
@@ -14,9 +20,9 @@ pub fn ready() {
         // An abstract socket name.
         use std::os::linux::net::SocketAddrExt;
         std::os::unix::net::SocketAddr::from_abstract_name(abstract_name)
-            .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
     } else {
-        sock.send_to(b"READY=1", &path)
+        sock.send_to(state.as_bytes(), &path)
     };
     if let Err(e) = sent {
         tracing::warn!("cannot notify systemd at {path:?}: {e}");

@@ -11,6 +11,7 @@ pub mod access;
 pub mod api;
 pub mod connections;
 pub mod fanout;
+pub mod handover;
 pub mod metadata_cache;
 pub mod metrics;
 pub mod node;

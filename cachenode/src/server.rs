@@ -116,6 +116,11 @@ pub async fn serve(
         });
     }
     drop(listener);
+    if crate::handover::draining() {
+        // Connections accepted a moment ago have their first request on the way:
+        // read and answered (then closed), not closed as idle under it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     tracing::info!("shutting down: draining open connections for up to {drain:?}");
     if tokio::time::timeout(drain, graceful.shutdown())
         .await
@@ -171,7 +176,7 @@ async fn handle(
     mut req: Request<Incoming>,
 ) -> Result<Response<RespBody>, Infallible> {
     let method = req.method().clone();
-    let resp = match (&method, req.uri().path()) {
+    let mut resp = match (&method, req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/metrics") => {
             app.node.refresh_gauges();
@@ -191,6 +196,13 @@ async fn handle(
             s3(&app, peer, req).await
         }
     };
+    if crate::handover::draining() {
+        // A client reusing this connection after the answer would race its close.
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
     app.node
         .metrics
         .requests

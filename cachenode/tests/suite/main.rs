@@ -13,6 +13,7 @@ mod disk_failures;
 mod fleet;
 mod fuzz_corpora;
 mod gateway;
+mod handover;
 mod hostile;
 mod hostile_clients;
 mod metadata;
