@@ -46,6 +46,15 @@ impl Inode {
     }
 }
 
+/// An entry of a listing page, as [`Inodes::intern_all`] takes it.
+pub(super) struct Listed<'a> {
+    pub path: String,
+    pub kind: Kind,
+    /// A file's size, ETag and time.
+    pub meta: Option<(u64, &'a str, Option<SystemTime>)>,
+    pub archived: bool,
+}
+
 pub(super) struct Table {
     pub by_ino: HashMap<u64, Inode>,
     pub by_path: HashMap<String, u64>,
@@ -115,13 +124,55 @@ impl Inodes {
         seen: Instant,
     ) -> u64 {
         let mut t = self.table.lock().unwrap();
+        let mut new = Vec::new();
+        let ino = self.intern_in(&mut t, path, kind, meta, seen, &mut new);
+        if let Some(j) = &self.journal {
+            j.append_all(&new);
+        }
+        ino
+    }
+
+    /// The inodes of a listing page's entries, as [`Inodes::intern`] each, with
+    /// one journal write for the new ones, made before any is seen outside.
+    pub fn intern_all(&self, entries: &[Listed<'_>], seen: Instant) -> Vec<u64> {
+        let mut t = self.table.lock().unwrap();
+        let mut new = Vec::new();
+        let inos = entries
+            .iter()
+            .map(|e| {
+                let ino = self.intern_in(&mut t, &e.path, e.kind, e.meta, seen, &mut new);
+                if e.kind == Kind::File {
+                    if let Some(n) = t.by_ino.get_mut(&ino) {
+                        n.archived = e.archived;
+                    }
+                }
+                ino
+            })
+            .collect();
+        if let Some(j) = &self.journal {
+            j.append_all(&new);
+        }
+        inos
+    }
+
+    /// [`Inodes::intern`] under the table's lock: a new inode's record goes in
+    /// `new`, for the caller to journal before it lets go of the lock.
+    fn intern_in(
+        &self,
+        t: &mut Table,
+        path: &str,
+        kind: Kind,
+        meta: Option<(u64, &str, Option<SystemTime>)>,
+        seen: Instant,
+        new: &mut Vec<Record>,
+    ) -> u64 {
         let ino = match t.by_path.get(path) {
             Some(i) => *i,
             None => {
                 let ino = t.next;
                 t.next += 1;
-                if let Some(j) = &self.journal {
-                    j.append(&Record::Inode {
+                if self.journal.is_some() {
+                    new.push(Record::Inode {
                         ino,
                         dir: kind == Kind::Dir,
                         path: path.to_owned(),

@@ -4,7 +4,7 @@
 //! cluster (each listing page and HEAD from its owner node, which shares it with
 //! every other mount) or the origin.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use shoal::blocks::Flights;
 use shoal::store::{GetObject, ListRequest, ObjectMeta, ObjectStore, StoreError};
 
-use super::inodes::Inodes;
+use super::inodes::{Inodes, Listed};
 use super::{names, Attr, DirEntry, FsError, FsOptions, FsStats, Kind};
 use crate::passthrough::Passthrough;
 
@@ -180,6 +180,9 @@ impl Namespace {
             ..Default::default()
         };
         let mut by_name: BTreeMap<String, DirEntry> = BTreeMap::new();
+        // Names that are directories, on any page so far: a file of the same
+        // name is not shown.
+        let mut dirs: HashSet<String> = HashSet::new();
         let mut age = Duration::ZERO;
         loop {
             let page = self.source.list_page(&req).await?;
@@ -188,21 +191,25 @@ impl Namespace {
             age = age.max(page_age);
             let now = Instant::now();
             let seen = now.checked_sub(page_age).unwrap_or(now);
+            // The page's entries, named first and interned together: one
+            // journal write for a page's new inodes.
+            let (mut page_names, mut listed): (Vec<&str>, Vec<Listed<'_>>) =
+                (Vec::new(), Vec::new());
             for cp in &page.common_prefixes {
                 let name = cp[dir_key.len()..].trim_end_matches('/');
                 if let Some(why) = names::problem(name) {
                     self.skip(cp, why);
                     continue;
                 }
-                let ino = self
-                    .inodes
-                    .intern(&format!("{path}{name}/"), Kind::Dir, None, seen);
-                let entry = DirEntry {
-                    name: name.to_owned(),
-                    ino,
+                dirs.insert(name.to_owned());
+                let entry = Listed {
+                    path: format!("{path}{name}/"),
                     kind: Kind::Dir,
+                    meta: None,
+                    archived: false,
                 };
-                by_name.insert(name.to_owned(), entry);
+                page_names.push(name);
+                listed.push(entry);
             }
             for o in &page.objects {
                 let name = &o.key[dir_key.len()..];
@@ -214,22 +221,28 @@ impl Namespace {
                     self.skip(&o.key, why);
                     continue;
                 }
-                if by_name.get(name).is_some_and(|e| e.kind == Kind::Dir) {
+                if dirs.contains(name) {
                     tracing::info!(key = %o.key, "key is both a file and a directory prefix; showing the directory");
                     continue;
                 }
-                let ino = self.intern_file(
-                    &format!("{path}{name}"),
-                    o.size,
-                    &o.etag,
-                    o.last_modified,
-                    seen,
-                );
-                self.inodes.set_archived(ino, o.archived());
+                let path = format!("{path}{name}");
+                self.inodes
+                    .renumber_if_changed(&path, &o.etag, |old| self.passthrough.has_backing(old));
+                let entry = Listed {
+                    path,
+                    kind: Kind::File,
+                    meta: Some((o.size, &o.etag, o.last_modified)),
+                    archived: o.archived(),
+                };
+                page_names.push(name);
+                listed.push(entry);
+            }
+            let inos = self.inodes.intern_all(&listed, seen);
+            for ((name, e), ino) in page_names.into_iter().zip(&listed).zip(inos) {
                 let entry = DirEntry {
                     name: name.to_owned(),
                     ino,
-                    kind: Kind::File,
+                    kind: e.kind,
                 };
                 by_name.insert(name.to_owned(), entry);
             }

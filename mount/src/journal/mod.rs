@@ -48,7 +48,7 @@ pub use record::{Bad, Record};
 pub use replay::{replay, ReplayError, Replayed};
 pub use state::State;
 
-use record::{frame, frame_into, FRAME_HEAD, MAX_BODY};
+use record::{frame_into, FRAME_HEAD, MAX_BODY};
 use replay::{header_bytes, HEADER_LEN};
 
 /// Growth past twice the last snapshot allowed before compacting again: small
@@ -149,16 +149,30 @@ impl Journal {
 
     /// Appends `r` in one write; compacts the journal if it has grown enough.
     pub fn append(&self, r: &Record) {
-        let buf = frame(r);
+        self.append_all(std::slice::from_ref(r))
+    }
+
+    /// Appends `rs` in one write (a listing's new inodes cost one, not one
+    /// each); compacts the journal if it has grown enough.
+    pub fn append_all(&self, rs: &[Record]) {
+        if rs.is_empty() {
+            return;
+        }
+        let mut buf = Vec::new();
+        let mut res = Ok(());
+        for r in rs {
+            let at = buf.len();
+            frame_into(&mut buf, r);
+            if buf.len() - at - FRAME_HEAD > MAX_BODY {
+                res = Err(io::Error::other(format!(
+                    "a record of {} bytes, past the most a replay takes",
+                    buf.len() - at
+                )));
+                break;
+            }
+        }
         let mut j = self.inner.lock().unwrap();
-        let res = if buf.len() - FRAME_HEAD > MAX_BODY {
-            Err(io::Error::other(format!(
-                "a record of {} bytes, past the most a replay takes",
-                buf.len()
-            )))
-        } else {
-            j.write_at_end(&buf)
-        };
+        let res = res.and_then(|()| j.write_at_end(&buf));
         if let Err(e) = res {
             if !std::mem::replace(&mut j.failed, true) {
                 tracing::error!("cannot keep the mount's state ({e}): a restart of this daemon would lose its open files");

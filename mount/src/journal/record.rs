@@ -88,6 +88,7 @@ pub(super) fn frame_into(out: &mut Vec<u8>, r: &Record) {
     out.extend_from_slice(&body);
 }
 
+#[cfg(test)]
 pub(super) fn frame(r: &Record) -> Vec<u8> {
     let mut out = Vec::new();
     frame_into(&mut out, r);
