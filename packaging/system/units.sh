@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The package's systemd units in a booted system, checked as an operator would with
 # systemctl: shoal-node is ready when `systemctl start` returns, is restarted after a
-# SIGKILL and stops cleanly; shoal-mount@NAME mounts, reads byte-exact, hands over
+# SIGKILL, hands over to a new process on `systemctl reload` under readers (no read
+# failed, no connection refused, MainPID changed, nothing fetched again) and stops
+# cleanly; shoal-mount@NAME mounts, reads byte-exact, hands over
 # on `systemctl reload` and survives a killed server under readers without a failed
 # read, and unmounts on stop; journalctl shows both; the README's fstab line mounts
 # at boot, after the node. The origin runs on the host (the system shares its
@@ -318,6 +320,54 @@ if [ "$(status restarts)" = 1 ] && [ "$(status server)" != "$server" ] && [ "$ca
   ok "kill -KILL of the server ($server, child of the keeper $keeper, MainPID) under 4 readers: served again by $(status server) in $took ms; $calls calls, $fails failed, $enotconn ENOTCONN, slowest $slowest ms"
 else
   bad "kill -KILL of the server under 4 readers: restarts $(status restarts), server $server -> $(status server); $calls calls, $fails failed, $enotconn ENOTCONN, slowest $slowest ms"
+fi
+
+# systemctl reload shoal-node under the readers (through the mount) and a
+# poller of /healthz: the new process takes the listening socket and the disk
+# tier over and becomes the unit's MainPID; no connection is refused, no read
+# fails, and the new process fetches nothing from the origin (the blocks were
+# on the disk it took over).
+cat >"$(system_path /root)/poller.sh" <<POLLER
+#!/bin/bash
+stop=\$1 out=\$2 calls=0 refused=0 failed=0
+while [ ! -e "\$stop" ]; do
+  curl -fsS -o /dev/null --max-time 5 "http://$node_addr/healthz"; rc=\$?
+  calls=\$((calls + 1))
+  if [ \$rc -eq 7 ]; then refused=\$((refused + 1)); elif [ \$rc -ne 0 ]; then failed=\$((failed + 1)); fi
+done
+echo "\$calls \$refused \$failed" >"\$out"
+POLLER
+chmod +x "$(system_path /root)/poller.sh"
+origin_bytes() { curl -fsS --max-time 2 "http://$node_addr/metrics" | awk '$1 == "shoal_node_origin_bytes_total" { print $2 }'; }
+node_old=$(prop MainPID $node)
+rm -f "$(system_path /tmp)"/poller-*
+in_system /root/poller.sh /tmp/poller-stop /tmp/poller-out &
+poller=$!
+readers_start /mnt/data
+t0=$(date +%s%N)
+in_system systemctl reload $node
+node_new=$node_old
+for _ in $(seq 200); do
+  node_new=$(prop MainPID $node)
+  [ "$node_new" != "$node_old" ] && [ "$node_new" != 0 ] && [ "$(prop ActiveState $node)" = active ] &&
+    ! in_system kill -0 "$node_old" 2>/dev/null && break
+  sleep 0.05
+done
+took=$(ms "$t0")
+readers_read 2
+refetched=$(origin_bytes)
+readers_stop >"$work/readers"
+touch "$(system_path /tmp)/poller-stop"
+wait "$poller"
+read -r calls fails slowest enotconn <"$work/readers"
+read -r polls refused pfailed <"$(system_path /tmp)/poller-out" || { polls=0; refused=0; pfailed=1; }
+if [ "$node_new" != "$node_old" ] && ! in_system kill -0 "$node_old" 2>/dev/null && [ "$(prop ActiveState $node)" = active ] &&
+  [ "$calls" -gt 0 ] && [ "$fails" -eq 0 ] && [ "$polls" -gt 0 ] && [ "$refused" -eq 0 ] && [ "$pfailed" -eq 0 ] &&
+  [ "${refetched:-unknown}" = 0 ]; then
+  ok "systemctl reload shoal-node under readers: MainPID $node_old -> $node_new in $took ms; $calls reads, $fails failed; $polls /healthz, $refused refused; origin bytes since: $refetched"
+else
+  bad "systemctl reload shoal-node under readers: MainPID $node_old -> $node_new ($(prop ActiveState $node)); $calls reads, $fails failed; $polls /healthz, $refused refused, $pfailed failed; origin bytes since: ${refetched:-unknown}"
+  in_system journalctl -u $node --no-pager -o cat | tail -8 | sed 's/^/     /'
 fi
 
 # The whole unit killed (the keeper with its server: what the OOM killer or a
