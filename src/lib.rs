@@ -35,6 +35,7 @@ pub mod cluster;
 pub mod config;
 pub mod exposition;
 pub mod fd_limit;
+pub mod formats;
 pub mod heap;
 pub mod log_limit;
 pub mod net;

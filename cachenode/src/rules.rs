@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use shoal::config::CacheRule;
+use shoal::formats::read_in_ranges;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
@@ -34,19 +35,6 @@ pub struct Rules {
 /// 16 KiB footer is 64x), large enough that a scan of such a file is not a
 /// request per few KiB (a request for a whole block opens its pages at once).
 pub const RANGE_PAGE: u64 = 64 << 10;
-
-/// Names of formats read in ranges, by their endings (lower case).
-const RANGE_FORMATS: &[&str] = &[
-    ".parquet", ".parq", ".orc", ".arrow", ".feather", ".ipc", ".lance", ".sqlite", ".sqlite3",
-    ".db", ".duckdb", ".h5", ".hdf5", ".he5", ".nc", ".nc4",
-];
-
-/// Whether `key` names a file of a format read in ranges.
-pub fn read_in_ranges(key: &str) -> bool {
-    let name = key.rsplit('/').next().unwrap_or(key);
-    let name = name.to_ascii_lowercase();
-    RANGE_FORMATS.iter().any(|s| name.ends_with(s))
-}
 
 impl Rules {
     pub fn new(rules: Vec<CacheRule>, default_block: u64) -> Rules {

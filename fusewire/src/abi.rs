@@ -43,10 +43,12 @@ pub mod op {
 pub mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
+    pub const ASYNC_DIO: u64 = 1 << 15;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const INIT_EXT: u64 = 1 << 30;
+    pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
     pub const PASSTHROUGH: u64 = 1 << 37;
     pub const HAS_RESEND: u64 = 1 << 39;
 }

@@ -38,6 +38,11 @@ impl Negotiated {
         self.flags & init::PASSTHROUGH != 0
     }
 
+    /// Whether a file opened with direct I/O can still be mapped (shared).
+    pub fn direct_io_mmap(&self) -> bool {
+        self.flags & init::DIRECT_IO_ALLOW_MMAP != 0
+    }
+
     /// Whether requests a dead reader took can be asked for again.
     pub fn resend(&self) -> bool {
         self.offered & init::HAS_RESEND != 0

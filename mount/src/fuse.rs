@@ -22,7 +22,13 @@ pub const MAX_REQUEST: u32 = 1 << 20;
 
 /// What this filesystem asks of the kernel at INIT.
 pub fn wants(passthrough: bool) -> Wants {
+    // ASYNC_DIO: an asynchronous direct read (aio, io_uring) of several
+    // requests' size sends them all at once (a plain pread sends them one
+    // after another); DIRECT_IO_ALLOW_MMAP: files opened with direct I/O can
+    // still be mapped.
     let mut flags = init::ASYNC_READ
+        | init::ASYNC_DIO
+        | init::DIRECT_IO_ALLOW_MMAP
         | init::DO_READDIRPLUS
         | init::READDIRPLUS_AUTO
         | init::PARALLEL_DIROPS
@@ -66,6 +72,7 @@ impl FuseFs {
             }
             fs.set_passthrough(agreed.passthrough());
         }
+        fs.set_ranges_direct(agreed.direct_io_mmap());
         Self {
             fs,
             rt,

@@ -80,6 +80,9 @@ pub struct Fs {
     /// Which inodes the kernel reads through backing files (shared with the FUSE
     /// adapter, which registers them).
     pub passthrough: Arc<crate::passthrough::Passthrough>,
+    /// Files of formats read in ranges are opened with direct I/O (the kernel
+    /// agreed to map such files too): see [`shoal::formats`].
+    ranges_direct: std::sync::atomic::AtomicBool,
     /// Archived objects someone tried to open, each logged once.
     archived_told: Mutex<std::collections::HashSet<String>>,
     pub stats: Arc<FsStats>,
@@ -117,6 +120,7 @@ impl Fs {
             handles: Handles::new(),
             disk,
             passthrough,
+            ranges_direct: Default::default(),
             opts,
             reader,
             archived_told: Mutex::new(Default::default()),
@@ -190,6 +194,16 @@ impl Fs {
         self.passthrough.set(on);
     }
 
+    /// What the kernel said at init about mapping files opened with direct
+    /// I/O: when it can, files of formats read in ranges are opened so. Their
+    /// readers read what they need in reads of its size (a column chunk, a
+    /// page); through the page cache each such read would also bring in as much
+    /// again as the kernel's read-ahead (megabytes), past the chunk into
+    /// columns the query never asked for, each a paid fetch from the origin.
+    pub fn set_ranges_direct(&self, on: bool) {
+        self.ranges_direct.store(on, Relaxed);
+    }
+
     pub fn options(&self) -> &FsOptions {
         &self.opts
     }
@@ -246,7 +260,7 @@ impl Fs {
             )
             .await?;
         self.walks.visit(&path);
-        let (keep_cache, direct_io) = self.ns.inodes.page_cache_mode(ino, &meta.etag);
+        let (mut keep_cache, mut direct_io) = self.ns.inodes.page_cache_mode(ino, &meta.etag);
         // A file other versions of which are open through the page cache is
         // read around it, never passed through.
         let backing = match &self.disk {
@@ -264,6 +278,12 @@ impl Fs {
             }
             _ => None,
         };
+        if backing.is_none()
+            && self.ranges_direct.load(Relaxed)
+            && shoal::formats::read_in_ranges(&path)
+        {
+            (keep_cache, direct_io) = (false, true);
+        }
         let fh = self.handles.next();
         self.journal(Record::File {
             fh,
@@ -275,7 +295,7 @@ impl Fs {
             OpenFile {
                 handle,
                 ino,
-                ra: Mutex::new(Readahead::default()),
+                ra: Mutex::new(Readahead::new(direct_io)),
                 page_cache: !direct_io,
             },
         );
@@ -320,13 +340,17 @@ impl Fs {
         let (ahead, sequential, first) = {
             let mut ra = f.ra.lock().unwrap();
             let (first, going) = (ra.is_fresh(), ra.sequential());
-            let ahead = ra.advance(offset, end, bs, base, budget, std::time::Instant::now());
+            let now = std::time::Instant::now();
+            let ahead = ra.advance(offset, end, bs, base, budget, now);
+            tracing::trace!(fh, offset, len = end - offset, ?ahead, "read");
             // Whole blocks for a run that was going before this read, or a read
             // of a block's size in one: a small read that starts a run costs its
             // bytes and one block ahead. And for reads inside the first block,
-            // where a scan starts (its requests in any order): one block.
+            // where a scan starts (its requests in any order): one block; not
+            // with direct I/O, whose reads arrive as their reader made them (a
+            // footer, then column chunks, each costing its bytes).
             let run = ra.sequential() && (going || end - offset >= bs);
-            (ahead, run || end <= bs, first)
+            (ahead, run || (end <= bs && f.page_cache), first)
         };
         if first {
             if let Ok((path, _)) = self.ns.inodes.path(f.ino) {

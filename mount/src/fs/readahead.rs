@@ -23,6 +23,16 @@
 //! in flight few enough to still be in the CPU's cache when they are replied
 //! from; small and random reads stay small. A jump starts the window over but
 //! keeps the limit: that belongs to the path, not to the reader.
+//!
+//! A handle opened with direct I/O (files of formats read in ranges) gets the
+//! reader's own reads, a column chunk or a page each, split by the kernel into
+//! requests of at most a block that arrive one after another, exactly as a
+//! sequential reader's would. What follows such a read is as likely a jump to
+//! another chunk as more of the same, so there nothing is fetched ahead until
+//! the run has read two blocks, and then the window is held to an eighth of
+//! what the run has read (at least one block): the bytes fetched past a
+//! chunk's end stay a small part of the chunk, and a long run (a copy of the
+//! whole file) still reads far ahead.
 
 use std::time::Instant;
 
@@ -55,7 +65,16 @@ pub(super) struct Readahead {
     flat: u8,
     /// Whether a read in this step waited for its bytes to arrive.
     waited: bool,
+    /// The kernel passes the reader's reads as they are (direct I/O).
+    direct: bool,
 }
+
+/// Of what a direct-I/O run has read, the part its window may be.
+const DIRECT_SHARE: u64 = 8;
+/// Blocks a direct-I/O run reads before anything is fetched ahead of it: the
+/// columns of one row group of a small file read one after another are no
+/// scan.
+const DIRECT_FIRST: u64 = 2;
 
 /// What a read is to the run before it.
 #[derive(Debug, PartialEq, Eq)]
@@ -70,6 +89,15 @@ enum Step {
 }
 
 impl Readahead {
+    /// Detection for a handle whose reads come from the page cache's
+    /// read-ahead (`direct` false) or straight from its reader.
+    pub fn new(direct: bool) -> Readahead {
+        Readahead {
+            direct,
+            ..Default::default()
+        }
+    }
+
     /// Records a read of `offset..end` at `now` in blocks of `bs`, with the limit
     /// starting at `base` and never past `max` blocks; returns the blocks to fetch
     /// ahead now, as (first, count).
@@ -105,6 +133,14 @@ impl Readahead {
         }
         self.adapt(end - offset, bs, max.max(1), now);
         self.window = (self.window * 2).clamp(1, self.limit);
+        if self.direct {
+            let read = end - self.run.map_or(offset, |(lo, _)| lo);
+            if read < DIRECT_FIRST * bs {
+                self.window = 0;
+                return None;
+            }
+            self.window = self.window.min((read / (DIRECT_SHARE * bs)).max(1));
+        }
         let from = self.fetched_until.max(last_block + 1);
         let to = last_block + 1 + self.window;
         self.fetched_until = self.fetched_until.max(to);
@@ -369,5 +405,36 @@ mod tests {
             at += mb;
         }
         assert!(ra.limit() >= 32, "grew past the slow step: {}", ra.limit());
+    }
+
+    #[test]
+    fn a_direct_run_reads_ahead_an_eighth_of_what_it_read() {
+        let (t, mb) = (Instant::now(), 1u64 << 20);
+        let mut ra = Readahead::new(true);
+        // A column chunk of 8.5 MiB read whole at an odd offset, in the
+        // pieces the kernel sends one after another: one block ahead at most.
+        let at = 3 * mb + 4096;
+        for i in 0..9 {
+            ra.advance(at + i * mb, at + (i + 1) * mb, mb, 8, 64, t);
+        }
+        // Blocks 3..=12 hold the chunk: block 13 is the one fetched past it.
+        assert_eq!(ra.fetched_until, 14);
+        // A run that goes on (a copy of the file) reads further ahead.
+        for i in 9..64 {
+            ra.advance(at + i * mb, at + (i + 1) * mb, mb, 8, 64, t);
+        }
+        assert_eq!(ra.window, 8, "after 64 MiB");
+        // Three columns of a row group read one after another: no scan.
+        let mut cols = Readahead::new(true);
+        for (lo, hi) in [(0, 64 << 10), (64 << 10, 192 << 10), (192 << 10, 320 << 10)] {
+            assert_eq!(cols.advance(4 * mb + lo, 4 * mb + hi, mb, 8, 64, t), None);
+        }
+        // Through the page cache the same reads double the window as ever.
+        let mut cached = Readahead::new(false);
+        let grown: u64 = (0..6)
+            .filter_map(|i| cached.advance(i * mb, (i + 1) * mb, mb, 8, 64, t))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(grown > 9, "{grown}");
     }
 }
