@@ -5,16 +5,28 @@
 //! the share of blocks that move when one node is added or removed against 1/n, the
 //! load spread under a Zipf-popular workload with and without bounded load, and the
 //! cost of a top-2 ranking.
+//!
+//! `--fleet [--fleet-nodes 1000] [--fleet-blocks 200000] [--away-share 0.5]` prints
+//! instead what routine changes cost the origin (10 nodes added, every node
+//! upgraded, 10 removed) with and without the mechanisms that hand blocks over
+//! (see `support/fleet_changes.rs` for the model).
 
 use std::time::Instant;
 
 use shoal::route::{BlockId, NodeSet};
+
+#[path = "support/fleet_changes.rs"]
+mod fleet_changes;
 
 struct Args {
     nodes: Vec<usize>,
     blocks: u64,
     weights: bool,
     zipf: f64,
+    fleet: bool,
+    fleet_nodes: usize,
+    fleet_blocks: u64,
+    away_share: f64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -23,6 +35,10 @@ fn parse() -> Result<Args, String> {
         blocks: 1_000_000,
         weights: false,
         zipf: 1.1,
+        fleet: false,
+        fleet_nodes: 1000,
+        fleet_blocks: 200_000,
+        away_share: 0.5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -37,12 +53,30 @@ fn parse() -> Result<Args, String> {
             "--blocks" => a.blocks = val()?.parse().map_err(|_| "bad --blocks")?,
             "--zipf" => a.zipf = val()?.parse().map_err(|_| "bad --zipf")?,
             "--weights" => a.weights = true,
+            "--fleet" => a.fleet = true,
+            "--fleet-nodes" => a.fleet_nodes = val()?.parse().map_err(|_| "bad --fleet-nodes")?,
+            "--fleet-blocks" => {
+                a.fleet_blocks = val()?.parse().map_err(|_| "bad --fleet-blocks")?
+            }
+            "--away-share" => {
+                a.away_share = val()?
+                    .parse()
+                    .ok()
+                    .filter(|s| (0.0..=1.0).contains(s))
+                    .ok_or("--away-share is a share, 0 to 1")?
+            }
             "-h" | "--help" => {
                 println!("route_sim [--nodes 10,100,1000] [--blocks N] [--weights] [--zipf S]");
+                println!(
+                    "route_sim --fleet [--fleet-nodes 1000] [--fleet-blocks N] [--away-share F]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown flag {other:?}")),
         }
+    }
+    if a.fleet_nodes < 20 || a.fleet_blocks == 0 {
+        return Err("--fleet needs at least 20 nodes and 1 block".into());
     }
     if a.nodes.iter().any(|n| *n < 2) || a.blocks == 0 {
         return Err("need at least 2 nodes and 1 block".into());
@@ -94,6 +128,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.fleet {
+        fleet(&args);
+        return;
+    }
     println!(
         "blocks={} weights={} zipf={}  (moves are shares of all blocks; ideal is the added/removed node's weight share)",
         args.blocks,
@@ -247,4 +285,32 @@ fn zipf_load(set: &NodeSet, args: &Args) -> (f64, f64, f64) {
         bounded_peak = bounded_peak.max(*bounded.iter().max().unwrap() as f64 / mean);
     }
     (plain_peak, bounded_peak, spills as f64 / total as f64)
+}
+
+/// Origin blocks each routine change costs, per set of mechanisms.
+fn fleet(args: &Args) {
+    let (n, blocks) = (args.fleet_nodes, args.fleet_blocks);
+    let all = ids(n + 10);
+    println!(
+        "{n} nodes, a working set of {blocks} blocks read once after each change; {}% of a node's blocks read while it is away",
+        args.away_share * 100.0
+    );
+    println!(
+        "origin blocks (share of the working set) each change costs; items: 1 previous-owner fill, 2 handover, 3 stop/start keeps the disk, 4 drain"
+    );
+    println!(
+        "{:<8} {:>18} {:>18} {:>18}",
+        "items", "add 10", "upgrade all", "remove 10"
+    );
+    for m in fleet_changes::CONFIGS {
+        let cost = fleet_changes::run(n, blocks, args.away_share, m, &all);
+        let cell = |c: u64| format!("{c} ({:.4}x)", c as f64 / blocks as f64);
+        println!(
+            "{:<8} {:>18} {:>18} {:>18}",
+            m.name,
+            cell(cost[0]),
+            cell(cost[1]),
+            cell(cost[2])
+        );
+    }
 }
