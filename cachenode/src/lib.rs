@@ -158,7 +158,6 @@ pub fn build(
     let mut builder = s3s::service::S3ServiceBuilder::new(api::NodeApi {
         node: node.clone(),
         fanout: fanout.clone(),
-        writes,
     });
     let cluster_key = cfg.cluster().and_then(|c| match &c.credentials {
         shoal::config::CredentialMode::Keys(k) => Some(k.access_key_id.clone()),
@@ -208,15 +207,10 @@ pub fn build(
             open,
             domains: node_cfg.domains.clone(),
         },
-        writes: cfg
-            .gateway
-            .writes
-            .then(|| api::forwarded_writes::WriteRoute {
-                node: node.clone(),
-                origin: origin.clone(),
-                fanout: fanout.clone(),
-                domains: node_cfg.domains.clone(),
-            }),
+        writes: writes.map(|writes| api::forwarded_writes::WriteRoute {
+            writes,
+            domains: node_cfg.domains.clone(),
+        }),
         gate: gate.clone(),
         domains: node_cfg.domains.clone(),
     });

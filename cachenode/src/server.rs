@@ -243,10 +243,9 @@ async fn s3(
         }
     });
     let trace = Arc::new(Trace::default());
-    let answered = trace::scope(
-        Some(trace.clone()),
-        hyper::service::Service::call(&app.s3, req),
-    )
+    let answered = trace::scope(Some(trace.clone()), async {
+        app.s3.call(crate::api::framing::sized(req).await).await
+    })
     .await;
     let resp = match answered {
         Ok(r) => partial_head(&method, r.map(|b| b.boxed_unsync())),

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod error;
 pub mod forwarded_writes;
+pub mod framing;
 mod handback;
 pub mod lists;
 pub mod objects;
@@ -25,23 +26,19 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 use crate::access;
 use crate::fanout::Fanout;
 use crate::node::Node;
-use error::{check_key, read_only};
+use error::read_only;
 
 pub use lists::ListRoute;
 pub use objects::byte_span;
 pub use purge::PurgeRoute;
 
+/// The operations s3s parses for us: object reads. Writes reach it only where
+/// the gateway takes none (read-only); where it does, [`Routes`] passes every
+/// write on as it came ([`forwarded_writes`]).
 pub struct NodeApi {
     pub node: Arc<Node>,
     /// Where invalidations go on to other nodes (a node with a `[cluster]`).
     pub fanout: Option<Arc<Fanout>>,
-    pub writes: Option<writes::Writes>,
-}
-
-impl NodeApi {
-    fn writes(&self) -> S3Result<&writes::Writes> {
-        self.writes.as_ref().ok_or_else(read_only)
-    }
 }
 
 #[async_trait::async_trait]
@@ -60,51 +57,45 @@ impl S3 for NodeApi {
     }
     async fn put_object(
         &self,
-        req: S3Request<PutObjectInput>,
+        _: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        check_key(&req.input.key)?;
-        self.writes()?.put(req.input).await
+        Err(read_only())
     }
     async fn delete_object(
         &self,
-        req: S3Request<DeleteObjectInput>,
+        _: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        check_key(&req.input.key)?;
-        self.writes()?.delete(req.input).await
+        Err(read_only())
     }
     async fn delete_objects(
         &self,
-        req: S3Request<DeleteObjectsInput>,
+        _: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        self.writes()?.delete_many(req.input).await
+        Err(read_only())
     }
     async fn create_multipart_upload(
         &self,
-        req: S3Request<CreateMultipartUploadInput>,
+        _: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        check_key(&req.input.key)?;
-        self.writes()?.create_multipart(req.input).await
+        Err(read_only())
     }
     async fn upload_part(
         &self,
-        req: S3Request<UploadPartInput>,
+        _: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        check_key(&req.input.key)?;
-        self.writes()?.upload_part(req.input).await
+        Err(read_only())
     }
     async fn complete_multipart_upload(
         &self,
-        req: S3Request<CompleteMultipartUploadInput>,
+        _: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        check_key(&req.input.key)?;
-        self.writes()?.complete_multipart(req.input).await
+        Err(read_only())
     }
     async fn abort_multipart_upload(
         &self,
-        req: S3Request<AbortMultipartUploadInput>,
+        _: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        check_key(&req.input.key)?;
-        self.writes()?.abort_multipart(req.input).await
+        Err(read_only())
     }
     async fn copy_object(
         &self,
@@ -214,10 +205,19 @@ impl s3s::route::S3Route for Routes {
             return Ok(());
         };
         let key = req.credentials.as_ref().map(|c| c.access_key.clone());
-        gate.admit(
-            key.as_deref(),
-            &self.asks(req.extensions.get::<Matched>(), req),
-        )
+        let which = req.extensions.get::<Matched>().copied();
+        let many = forwarded_writes::kind(&req.method, &req.uri, &req.headers, &self.domains)
+            == Some(forwarded_writes::Kind::DeleteMany);
+        let asks = match which {
+            // Its keys are in its body: each is checked before it runs.
+            Some(Matched::Write) if many => {
+                let (bucket, _) =
+                    passthrough::address(&req.uri, &req.headers, &self.domains).unwrap_or_default();
+                forwarded_writes::delete_many_asks(req, &bucket).await?
+            }
+            _ => self.asks(which.as_ref(), req),
+        };
+        gate.admit(key.as_deref(), &asks)
     }
 
     async fn call(&self, req: S3Request<s3s::Body>) -> S3Result<S3Response<s3s::Body>> {

@@ -402,3 +402,157 @@ print("head", s3.head_object(Bucket=bucket, Key="boto-" + tag)["ETag"])
     .await;
     assert_eq!(heads, "300001\n300001\n300001\n");
 }
+
+/// What boto3 writes with the SDK's defaults (CRC32 checksums on every upload,
+/// as recent SDKs send them), on a versioned bucket: each line is what one call
+/// answered, version ids named only as present or not.
+const VERSIONED_SCRIPT: &str = r#"
+import hashlib, io, sys, boto3, botocore
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+ep, bucket, tag = sys.argv[1:4]
+s3 = boto3.client("s3", endpoint_url=ep, region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+def v(r):
+    return "version" if r.get("VersionId") else "NO VERSION"
+k = "boto-" + tag
+r = s3.put_object(Bucket=bucket, Key=k, Body=b"first", ContentType="text/one")
+first = r["VersionId"] if "VersionId" in r else None
+print("put", r["ETag"], v(r), "crc32", r.get("ChecksumCRC32"))
+r = s3.put_object(Bucket=bucket, Key=k, Body=io.BytesIO(b"second" * 1000), Metadata={"color": "red"})
+print("put stream", r["ETag"], v(r), "crc32", r.get("ChecksumCRC32"))
+big = bytes(range(256)) * (24 * 4096 + 7)
+s3.upload_fileobj(io.BytesIO(big), bucket, k + "-big",
+    ExtraArgs={"ContentType": "text/big", "Metadata": {"color": "blue"}},
+    Config=TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20))
+h = s3.head_object(Bucket=bucket, Key=k + "-big", ChecksumMode="ENABLED")
+print("upload_fileobj", h["ETag"], h["ContentType"], h["Metadata"], v(h), h.get("PartsCount"))
+got = s3.get_object(Bucket=bucket, Key=k + "-big", ChecksumMode="ENABLED")["Body"].read()
+print("read back", hashlib.md5(got).hexdigest() == hashlib.md5(big).hexdigest())
+if first:
+    old = s3.get_object(Bucket=bucket, Key=k, VersionId=first)
+    print("first version", old["Body"].read(), old["ContentType"])
+r = s3.delete_object(Bucket=bucket, Key=k)
+print("delete", r.get("DeleteMarker"), v(r))
+try:
+    s3.get_object(Bucket=bucket, Key=k)
+    print("read after delete: found")
+except botocore.exceptions.ClientError as e:
+    print("read after delete:", e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-delete-marker"))
+vs = s3.list_object_versions(Bucket=bucket, Prefix=k + "")
+print("versions", len([x for x in vs.get("Versions", []) if x["Key"] == k]),
+      "markers", len([x for x in vs.get("DeleteMarkers", []) if x["Key"] == k]))
+r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k, "VersionId": first}, {"Key": k + "-big"}]})
+print("delete_objects", sorted((d["Key"].replace(tag, "T"), bool(d.get("VersionId")), d.get("DeleteMarker", False)) for d in r["Deleted"]))
+try:
+    s3.complete_multipart_upload(Bucket=bucket, Key=k, UploadId="no-such-upload",
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": "\"d41d8cd98f00b204e9800998ecf8427e\""}]})
+except botocore.exceptions.ClientError as e:
+    print("complete without create:", e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"])
+"#;
+
+/// The tools' uploads into a versioned bucket (moto's) through a gateway: boto3
+/// with the SDK's default checksums, the same way at moto itself (the two
+/// transcripts alike); the aws CLI's `s3 cp` of 64 MiB (in 8 MiB parts) with a
+/// type and metadata; rclone's multipart copy. Each object is then checked at
+/// the origin: its type, metadata, version and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_tools_upload_into_a_versioned_bucket_through_a_gateway() {
+    let moto = Moto::start();
+    let section = origin_section(&moto.endpoint, "moto-key", "moto-secret");
+    let gateway = start_node(&parse(&node_section(
+        &section,
+        "",
+        "[gateway]\nwrites = true\n",
+    )))
+    .await;
+    let gw = format!("http://{}", gateway.addr);
+    let at_moto = format!(
+        "unset AWS_CA_BUNDLE; export AWS_ACCESS_KEY_ID=moto-key AWS_SECRET_ACCESS_KEY=moto-secret \
+         AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true;"
+    );
+    let via = format!(
+        "unset AWS_CA_BUNDLE; export AWS_ACCESS_KEY_ID={NODE_KEY} AWS_SECRET_ACCESS_KEY={NODE_SECRET} \
+         AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
+         RCLONE_CONFIG_N_TYPE=s3 RCLONE_CONFIG_N_PROVIDER=Other RCLONE_CONFIG_N_ENDPOINT={gw} \
+         RCLONE_CONFIG_N_ACCESS_KEY_ID={NODE_KEY} RCLONE_CONFIG_N_SECRET_ACCESS_KEY={NODE_SECRET} \
+         RCLONE_CONFIG_N_FORCE_PATH_STYLE=true;"
+    );
+    sh_ok(&format!(
+        "{at_moto} python3 -m awscli s3 mb s3://{BUCKET} --endpoint-url {ep} >/dev/null && \
+         python3 -m awscli s3api put-bucket-versioning --bucket {BUCKET} \
+         --versioning-configuration Status=Enabled --endpoint-url {ep}",
+        ep = moto.endpoint
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("v.py");
+    std::fs::write(&script, VERSIONED_SCRIPT).unwrap();
+    let run = |env: &str, ep: &str, tag: &str| {
+        format!("{env} python3 {} {ep} {BUCKET} {tag}", q(&script))
+    };
+    let direct = sh_ok(&run(&at_moto, &moto.endpoint, "xd")).await;
+    let through = sh_ok(&run(&via, &gw, "xg")).await;
+    eprintln!("boto3 at moto and through the gateway:\n{direct}");
+    assert_eq!(through, direct, "boto3 through the gateway vs at moto");
+    assert!(!direct.contains("NO VERSION"), "{direct}");
+
+    // The aws CLI: 64 MiB, which it uploads in parts, with what it is stored with.
+    let big = dir.path().join("big.bin");
+    let body = data(64 << 20, 64);
+    let md5 = hex(&md5::Md5::digest(&body));
+    std::fs::write(&big, &body).unwrap();
+    drop(body);
+    sh_ok(&format!(
+        "{via} python3 -m awscli s3 cp --only-show-errors {} s3://{BUCKET}/cli/big.bin \
+         --content-type text/bla --metadata color=violet --endpoint-url {gw}",
+        q(&big)
+    ))
+    .await;
+    let head = sh_ok(&format!(
+        "{at_moto} python3 -m awscli s3api head-object --bucket {BUCKET} --key cli/big.bin \
+         --query '[ContentType,Metadata.color,ContentLength,ETag,VersionId!=null]' --output text \
+         --endpoint-url {}",
+        moto.endpoint
+    ))
+    .await;
+    let fields: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(fields[..3], ["text/bla", "violet", "67108864"], "{head}");
+    assert!(fields[3].ends_with("-8\""), "a multipart ETag: {head}");
+    assert_eq!(fields[4], "True", "a version id: {head}");
+    let back = dir.path().join("back.bin");
+    sh_ok(&format!(
+        "{via} python3 -m awscli s3 cp --only-show-errors s3://{BUCKET}/cli/big.bin {} --endpoint-url {gw}",
+        q(&back)
+    ))
+    .await;
+    assert_eq!(hex(&md5::Md5::digest(std::fs::read(&back).unwrap())), md5);
+    std::fs::remove_file(&back).unwrap();
+
+    // rclone: a multipart copy (5 MiB parts) of a 12 MiB file, then its check.
+    let mid = dir.path().join("rc/mid.bin");
+    std::fs::create_dir_all(mid.parent().unwrap()).unwrap();
+    std::fs::write(&mid, &std::fs::read(&big).unwrap()[..12 << 20]).unwrap();
+    std::fs::remove_file(&big).unwrap();
+    sh_ok(&format!(
+        "{via} rclone copy --s3-upload-cutoff 5M --s3-chunk-size 5M {} n:{BUCKET}/rc && \
+         rclone check --one-way {} n:{BUCKET}/rc",
+        q(mid.parent().unwrap()),
+        q(mid.parent().unwrap())
+    ))
+    .await;
+    let head = sh_ok(&format!(
+        "{at_moto} python3 -m awscli s3api head-object --bucket {BUCKET} --key rc/mid.bin \
+         --query '[ContentLength,ETag,VersionId!=null]' --output text --endpoint-url {}",
+        moto.endpoint
+    ))
+    .await;
+    let fields: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(fields[0], "12582912", "{head}");
+    assert!(fields[1].ends_with("-3\""), "a multipart ETag: {head}");
+    assert_eq!(fields[2], "True", "a version id: {head}");
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

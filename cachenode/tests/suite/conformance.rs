@@ -21,6 +21,9 @@ use shoal::config::Credentials;
 use shoal::store::s3::{encode_path, query_value, Payload, S3Client, Signer};
 use shoal::store::GetObject;
 
+mod s3tests;
+mod uploads;
+
 /// Answer headers a client acts on, compared between the origin and a node.
 const COMPARED: &[&str] = &[
     "etag",
@@ -73,6 +76,8 @@ struct Req {
     /// the status, and a header the answer must carry.
     s3_status: Option<u16>,
     s3_header: Option<(&'static str, String)>,
+    /// The body sent in HTTP chunks, with no Content-Length.
+    chunked: bool,
 }
 
 fn req(method: Method, key: &str) -> Req {
@@ -85,6 +90,7 @@ fn req(method: Method, key: &str) -> Req {
         bucket: None,
         s3_status: None,
         s3_header: None,
+        chunked: false,
     }
 }
 
@@ -212,7 +218,12 @@ async fn send(http: &reqwest::Client, t: &Target, bucket: &str, r: &Req, how: Si
             .unwrap();
         headers.extend(added);
     }
-    let mut rb = http.request(r.method.clone(), &url).body(r.body.clone());
+    let body = if r.chunked {
+        uploads::chunked_body(r)
+    } else {
+        reqwest::Body::from(r.body.clone())
+    };
+    let mut rb = http.request(r.method.clone(), &url).body(body);
     for (k, v) in &headers {
         rb = rb.header(k, v);
     }

@@ -33,6 +33,9 @@ pub(super) struct Call<'a> {
     /// Hand back every answer as it came, error statuses too (a request passed
     /// through for someone else, who should see what the service said).
     pub raw: bool,
+    /// A body streamed rather than held (an upload passed on as it arrives):
+    /// taken by the first attempt, so such a call is sent once.
+    pub stream: std::sync::Mutex<Option<reqwest::Body>>,
 }
 
 impl<'a> Call<'a> {
@@ -49,6 +52,7 @@ impl<'a> Call<'a> {
             range: None,
             retry: true,
             raw: false,
+            stream: std::sync::Mutex::new(None),
         }
     }
     pub fn query(mut self, q: String) -> Self {
@@ -352,11 +356,12 @@ impl S3Client {
         let inner = &*self.inner;
         let (url, host) = self.url(call.bucket, call.key, &call.query);
         let headers = self.headers(call, &url, &host, creds)?;
+        let streamed = call.stream.lock().expect("not poisoned").take();
         let req = inner
             .http
             .request(call.method.clone(), &url)
             .headers(headers)
-            .body(call.body.clone());
+            .body(streamed.unwrap_or_else(|| call.body.clone().into()));
         let first_byte = inner.opts.timeouts.first_byte;
         let resp = match tokio::time::timeout(first_byte, req.send()).await {
             Err(_) => return Err(self.first_byte_timeout()),

@@ -6,7 +6,7 @@ use http::Method;
 use super::call::Call;
 use super::errors::{from_response, ErrorContext};
 use super::object::etag_header;
-use super::{encode, xml, S3Client};
+use super::{call, encode, xml, Forwarded, S3Client};
 use crate::store::{unquote_etag, StoreError};
 
 impl S3Client {
@@ -43,6 +43,46 @@ impl S3Client {
         }
         let resp = self.execute(call).await?;
         Ok(etag_header(&resp))
+    }
+
+    /// An upload (a PUT or an upload part) passed on for someone else, its `len`
+    /// bytes streamed from `body` as they arrive rather than held: sent once, with
+    /// `headers` (signed) as the client named them, answered as the origin
+    /// answered, error statuses too.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn forward_upload<S>(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: &str,
+        query: Vec<(String, String)>,
+        headers: Vec<(String, String)>,
+        body: S,
+        len: u64,
+    ) -> Result<Forwarded, StoreError>
+    where
+        S: futures_util::TryStream + Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        Bytes: From<S::Ok>,
+    {
+        self.check_key(key)?;
+        let q = encode::query_string(query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
+        let mut c = Call::new(method, bucket, key).query(q).once();
+        c.signed = headers.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        // Outside the signature: a PUT's payload is signed UNSIGNED-PAYLOAD.
+        c.unsigned = vec![("content-length", len.to_string())];
+        c.stream = std::sync::Mutex::new(Some(reqwest::Body::wrap_stream(body)));
+        c.raw = true;
+        let resp = self.execute(c).await?;
+        Ok(Forwarded {
+            status: resp.status().as_u16(),
+            headers: resp.headers().clone(),
+            body: call::body_stream(
+                resp,
+                self.inner.opts.timeouts.stall,
+                self.inner.label.clone(),
+            ),
+        })
     }
 
     /// Starts a multipart upload; returns its upload id.
