@@ -46,7 +46,8 @@ start_origin "$work/seed" --first-byte-delay-ms "$LATENCY_MS"
 taskset -a -cp "$SERVICES" "${pids[-1]}" >/dev/null
 export NODE_CPUS=$SERVICES NODE_CACHE='metadata_ttl = "10m"'
 ids=()
-for i in 1 2 3; do start_node "n$i"; ids+=("\"$node\""); done
+# The bench's key purges the cluster between runs: purge is granted by name.
+for i in 1 2 3; do start_node "n$i" 'allow = ["read:*", "list:*", "purge:*"]'; ids+=("\"$node\""); done
 nodes=$(IFS=,; echo "${ids[*]}")
 cat >"$work/mount.toml" <<TOML
 [origin]
