@@ -52,7 +52,6 @@ const QUICK: &[&str] = &[
     "test_get_obj_tagging",
     "test_delete_tags_obj_public",
     "test_object_acl_default",
-    "test_object_acl_canned_publicread",
     "test_encryption_sse_c_method_head",
     "test_encryption_sse_c_multipart_upload",
     "test_sse_kms_multipart_upload",
