@@ -51,6 +51,9 @@ struct Line {
     to: String,
 }
 
+/// A receiving node and the bucket of its batches.
+type Target = (String, String);
+
 #[derive(Default)]
 struct Tally {
     taken: u64,
@@ -144,7 +147,7 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
     let mut tally = Tally::default();
     let mut timed_out = false;
     // Round robin over the receiving nodes, one batch each in turn.
-    let mut queues: Vec<((String, String), std::collections::VecDeque<Vec<Line>>)> = batches
+    let mut queues: Vec<(Target, std::collections::VecDeque<Vec<Line>>)> = batches
         .into_iter()
         .map(|(k, v)| (k, v.into_iter().collect()))
         .collect();
@@ -170,11 +173,7 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
             )
             .await;
             done += bytes;
-            let pct = if planned > 0 {
-                done * 100 / planned
-            } else {
-                100
-            };
+            let pct = (done * 100).checked_div(planned).unwrap_or(100);
             let elapsed = started.elapsed().as_secs_f64();
             match answer {
                 Err(_) => {

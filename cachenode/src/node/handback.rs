@@ -112,7 +112,7 @@ fn on_disk(dir: &Path) -> Vec<(SystemTime, BlockKey, u64)> {
         let at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         found.push((at, h.key, h.data_len));
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found
 }
 
