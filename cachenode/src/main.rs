@@ -51,8 +51,9 @@ struct Args {
     /// process stays in the service.
     #[arg(long)]
     upgrade: bool,
-    /// The control socket --upgrade finds the running node by [default:
-    /// DATA_DIR/shoal-node.sock with a disk tier, else none].
+    /// The control socket --upgrade finds the running node by: a path, or @NAME
+    /// in the abstract namespace [default: @shoal-node/HASH, named for
+    /// cache.data_dir, with a disk tier; else none].
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
 }

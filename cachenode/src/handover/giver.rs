@@ -277,10 +277,12 @@ async fn offer(
     http: &OwnedFd,
     control: Option<&Control>,
 ) -> Result<u32, HandoverError> {
+    // The abstract namespace has no file permissions: the peer's user is the
+    // check (this node's, or root).
     let uid = link.peer_uid()?;
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
-    if uid != me && me != 0 {
+    if uid != me && uid != 0 {
         return Err(HandoverError::Refused(format!(
             "a process of uid {uid} asked to take over"
         )));

@@ -51,7 +51,7 @@ impl Link {
             SockFlag::SOCK_CLOEXEC,
             None,
         )?;
-        connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+        connect(fd.as_raw_fd(), &address(path)?)?;
         Ok(Link { fd })
     }
 
@@ -130,6 +130,19 @@ impl Link {
     }
 }
 
+/// `@NAME` is a name in the abstract namespace: no file, gone with the process.
+fn abstract_name(path: &Path) -> Option<&[u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().strip_prefix(b"@")
+}
+
+fn address(path: &Path) -> io::Result<UnixAddr> {
+    Ok(match abstract_name(path) {
+        Some(name) => UnixAddr::new_abstract(name)?,
+        None => UnixAddr::new(path)?,
+    })
+}
+
 /// The node's control socket: where `shoal-node --upgrade` finds it.
 pub struct Control {
     pub path: PathBuf,
@@ -140,7 +153,7 @@ impl Control {
     /// Listens at `path`. A socket file left by a node that is gone is replaced;
     /// one a live node answers on is not.
     pub fn bind(path: &Path) -> io::Result<Control> {
-        if path.exists() {
+        if abstract_name(path).is_none() && path.exists() {
             if Link::connect(path).is_ok() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
@@ -157,7 +170,7 @@ impl Control {
         )?;
         // Only this user may take the node's sockets over.
         let old = unsafe { libc::umask(0o177) };
-        let bound = bind(fd.as_raw_fd(), &UnixAddr::new(path)?);
+        let bound = bind(fd.as_raw_fd(), &address(path)?);
         unsafe { libc::umask(old) };
         bound?;
         listen(&fd, Backlog::new(4)?)?;
@@ -233,5 +246,13 @@ mod tests {
         link.send("hello", &[]).unwrap();
         let (text, _) = there.recv_within(Duration::from_secs(1)).unwrap().unwrap();
         assert_eq!(text, "hello");
+
+        let name =
+            Path::new("@shoal-node-test/abstract").with_extension(std::process::id().to_string());
+        let c = Control::bind(&name).unwrap();
+        assert!(Control::bind(&name).is_err(), "a live node holds the name");
+        drop(c);
+        let _again = Control::bind(&name).unwrap();
+        Link::connect(&name).unwrap();
     }
 }

@@ -53,7 +53,7 @@ fn set_draining(on: bool) {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandoverError {
-    #[error("--upgrade needs the running node's control socket: give --control, or a config with a disk tier (its data_dir holds shoal-node.sock)")]
+    #[error("--upgrade needs the running node's control socket: give --control, or a config with a disk tier (the socket is named for its data_dir)")]
     NoControl,
     #[error("cannot reach the running node at {}: {e}", path.display())]
     Connect { path: PathBuf, e: std::io::Error },
@@ -99,22 +99,31 @@ pub fn start(upgrade: bool, control: Option<&Path>) -> Result<Start, HandoverErr
         })
 }
 
-/// Where a node listens for `--upgrade` unless told: beside its disk tier, the
-/// one thing two nodes must not share.
+/// Where a node listens for `--upgrade` unless told: a name in the abstract
+/// namespace (no file to leave in the data dir or go stale) made from its disk
+/// tier's directory, the one thing two nodes must not share.
 pub fn default_control(cfg: &shoal::config::Config) -> Option<PathBuf> {
     match (&cfg.cache.data_dir, cfg.cache.disk_size) {
-        (Some(dir), n) if n > 0 => Some(dir.join("shoal-node.sock")),
+        (Some(dir), n) if n > 0 => {
+            let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+            let bytes = std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str());
+            Some(PathBuf::from(format!("@shoal-node/{:016x}", fnv1a(bytes))))
+        }
         _ => None,
     }
+}
+
+/// FNV-1a: the same in every build, so another version finds the name.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// The control socket of a node that starts on its own: one left behind by a
 /// node that is gone is replaced; without it, SIGHUP still hands over.
 pub fn listen_control(path: Option<&Path>) -> Option<Control> {
     let path = path?;
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
     match Control::bind(path) {
         Ok(c) => Some(c),
         Err(e) => {
