@@ -1,7 +1,8 @@
 """Parquet through DuckDB and pyarrow, for the mount's analytics tests.
 
-  parquet.py write DIR FILES ROWS_PER_GROUP GROUPS SEED
-      writes DIR/part-N.parquet (ids unique across the files, in order).
+  parquet.py write DIR FILES ROWS_PER_GROUP GROUPS SEED [WIDTH]
+      writes DIR/part-N.parquet (ids unique across the files, in order; the
+      text column WIDTH characters, 32 unless given).
   parquet.py query ENGINE QUERY DIR
       runs QUERY (rows | columns | full) with ENGINE (duckdb | pyarrow) over the
       files of DIR and prints one JSON line: the answer, and `rchar`, what this
@@ -24,7 +25,7 @@ def rchar():
     raise RuntimeError("no rchar in /proc/self/io")
 
 
-def write(out, files, rows, groups, seed):
+def write(out, files, rows, groups, seed, width=32):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -41,7 +42,7 @@ def write(out, files, rows, groups, seed):
                 "v": pa.array([rnd.random() for _ in ids], pa.float64()),
                 "w": pa.array([rnd.getrandbits(62) for _ in ids], pa.int64()),
                 # Random text: it neither compresses nor fits a dictionary.
-                "comment": pa.array(["%032x" % rnd.getrandbits(128) for _ in ids]),
+                "comment": pa.array(["%0*x" % (width, rnd.getrandbits(4 * width)) for _ in ids]),
             }
         )
         pq.write_table(
@@ -103,6 +104,7 @@ def query(engine, what, d):
 
 if __name__ == "__main__":
     if sys.argv[1] == "write":
-        write(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+        width = int(sys.argv[7]) if len(sys.argv) > 7 else 32
+        write(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), width)
     else:
         query(sys.argv[2], sys.argv[3], sys.argv[4])
