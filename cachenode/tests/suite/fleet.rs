@@ -669,8 +669,14 @@ async fn nodes_stopped_and_started_in_turn_cost_the_origin_only_while_away() {
     eprintln!("after the restarts: origin bytes {again} for {total} read again");
     assert_eq!(again, 0, "a restarted node fetched again what it held");
 
-    // A fourth node joins the restarted three: it fills from the blocks'
-    // previous owners, whose disks hold them since before their restart.
+    // All three stopped and started again with nothing read since: what they
+    // know of their blocks comes from their disks alone. A fourth node joins
+    // them and fills from the blocks' previous owners, which answer its
+    // only-if-cached asks from those disks.
+    for i in 0..3 {
+        fleet.stop(i);
+        fleet.start(i);
+    }
     fleet.reset();
     fleet.add().await;
     fleet.read_all().await;
@@ -699,6 +705,14 @@ async fn a_drained_node_hands_its_blocks_back_before_it_goes() {
     // Node 1 leaves: its blocks go to their runner-ups, from it.
     let leaving = 1;
     let held = fleet.disk_bytes(leaving).await;
+    let mut on_disk = Vec::new();
+    for i in 0..3 {
+        on_disk.push(fleet.disk_bytes(i).await);
+    }
+    eprintln!(
+        "cold read: origin bytes {} for {total}; on the nodes' disks {on_disk:?}",
+        fleet.origin_bytes()
+    );
     fleet.reset();
     let cli = fleet.dir.path().join("cli.toml");
     std::fs::write(
