@@ -467,10 +467,10 @@ async fn s3_tools_upload_into_a_versioned_bucket_through_a_gateway() {
     )))
     .await;
     let gw = format!("http://{}", gateway.addr);
-    let at_moto = format!(
+    let at_moto =
         "unset AWS_CA_BUNDLE; export AWS_ACCESS_KEY_ID=moto-key AWS_SECRET_ACCESS_KEY=moto-secret \
          AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true;"
-    );
+            .to_owned();
     let via = format!(
         "unset AWS_CA_BUNDLE; export AWS_ACCESS_KEY_ID={NODE_KEY} AWS_SECRET_ACCESS_KEY={NODE_SECRET} \
          AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
