@@ -114,11 +114,19 @@ impl Node {
         };
         let versions = Versions::new(o.revalidate_after, o.max_age);
         let versions = match &o.disk {
-            Some((dir, bytes)) if *bytes > 0 => {
-                let (log, restored) = version_log::VersionLog::open(dir, o.max_age)?;
-                tracing::info!(versions = restored.len(), "object versions read back");
-                versions.with_log(log, restored)
-            }
+            Some((dir, bytes)) if *bytes > 0 => match version_log::VersionLog::open(dir, o.max_age)
+            {
+                Ok((log, restored)) => {
+                    tracing::info!(versions = restored.len(), "object versions read back");
+                    versions.with_log(log, restored)
+                }
+                // A read-only or full disk still serves its blocks; a restart
+                // then forgets their versions, as before the log.
+                Err(e) => {
+                    tracing::warn!("cannot keep object versions in {}: {e}", dir.display());
+                    versions
+                }
+            },
             _ => versions,
         };
         let largest = o
