@@ -32,7 +32,10 @@ pub struct Restored {
 
 pub struct VersionLog {
     path: PathBuf,
-    file: Mutex<Option<fs::File>>,
+    /// Whether appends go to the file: opened for each one and closed again,
+    /// so the node holds no file of its tier open for writing between them
+    /// (a tier's filesystem can then be remounted read-only under it).
+    writable: Mutex<bool>,
     /// Lines appended since the last rewrite.
     appended: AtomicUsize,
 }
@@ -119,7 +122,7 @@ impl VersionLog {
             .collect();
         let log = VersionLog {
             path,
-            file: Mutex::new(None),
+            writable: Mutex::new(false),
             appended: AtomicUsize::new(0),
         };
         log.rewrite(
@@ -148,11 +151,15 @@ impl VersionLog {
 
     fn append(&self, v: &Value) {
         self.appended.fetch_add(1, Relaxed);
-        let mut file = self.file.lock().unwrap();
-        if let Some(f) = file.as_mut() {
-            if writeln!(f, "{v}").is_err() {
+        let mut writable = self.writable.lock().unwrap();
+        if *writable {
+            let wrote = fs::OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .and_then(|mut f| writeln!(f, "{v}"));
+            if wrote.is_err() {
                 // A full or failing disk: the versions are learned again.
-                *file = None;
+                *writable = false;
             }
         }
     }
@@ -163,7 +170,7 @@ impl VersionLog {
         &self,
         known: impl Iterator<Item = (&'a str, &'a str, &'a ObjectMeta, Duration)>,
     ) -> std::io::Result<()> {
-        let mut file = self.file.lock().unwrap();
+        let mut writable = self.writable.lock().unwrap();
         let tmp = self.path.with_extension("log.tmp");
         let mut out = std::io::BufWriter::new(fs::File::create(&tmp)?);
         let now = now();
@@ -172,7 +179,7 @@ impl VersionLog {
         }
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         fs::rename(&tmp, &self.path)?;
-        *file = Some(fs::OpenOptions::new().append(true).open(&self.path)?);
+        *writable = true;
         self.appended.store(0, Relaxed);
         Ok(())
     }
