@@ -10,150 +10,27 @@
 //!
 //! All methods do blocking file I/O: async callers run them on a blocking thread.
 
+mod format;
+mod layout;
+mod scan;
+#[cfg(test)]
+mod tests;
+
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lru::LruCache;
-use xxhash_rust::xxh3::xxh3_64;
 
 use super::{BlockCache, BlockKey, TierStats};
 use crate::log_limit::{more, LogLimit};
-
-const MAGIC: &[u8; 8] = b"SHOALBK1";
-/// 2: the block size is part of the header (version 1 files are removed at start).
-const VERSION: u32 = 2;
-/// Fixed part: magic, version, header_len, data_len, checksum, block_size, index.
-const FIXED: usize = 8 + 4 + 4 + 8 + 8 + 8 + 8;
-/// No identity is longer than this; a larger header length is corruption.
-const MAX_HEADER: usize = 64 * 1024;
-
-/// Why bytes are not the block they should be.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    #[error("file shorter than a block header")]
-    Short,
-    #[error("not a shoal block file")]
-    NotBlockFile,
-    #[error("block format version {0} is not {VERSION}")]
-    Version(u32),
-    /// Larger than the bytes at hand (or than any header may be).
-    #[error("bad header length {0}")]
-    HeaderLength(usize),
-    #[error("header fields are malformed: {0}")]
-    Fields(&'static str),
-    #[error("file holds another block")]
-    OtherBlock,
-    #[error("data is {got} bytes, header says {want}")]
-    DataLength { got: u64, want: u64 },
-    #[error("checksum mismatch")]
-    Checksum,
-}
-
-/// A decoded block header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
-    pub key: BlockKey,
-    pub header_len: usize,
-    pub data_len: u64,
-    pub checksum: u64,
-}
-
-pub fn encode_header(key: &BlockKey, data: &[u8]) -> Vec<u8> {
-    let parts = [
-        key.bucket.as_bytes(),
-        key.key.as_bytes(),
-        key.etag.as_bytes(),
-    ];
-    let header_len = FIXED + parts.iter().map(|p| 4 + p.len()).sum::<usize>();
-    let mut h = Vec::with_capacity(header_len);
-    h.extend_from_slice(MAGIC);
-    h.extend_from_slice(&VERSION.to_le_bytes());
-    h.extend_from_slice(&(header_len as u32).to_le_bytes());
-    h.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    h.extend_from_slice(&xxh3_64(data).to_le_bytes());
-    h.extend_from_slice(&key.block_size.to_le_bytes());
-    h.extend_from_slice(&key.index.to_le_bytes());
-    for p in parts {
-        h.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        h.extend_from_slice(p);
-    }
-    h
-}
-
-/// The data of a whole block file, if the file is `key`'s block and intact. Never
-/// panics, whatever the bytes.
-pub fn decode_block<'a>(buf: &'a [u8], key: &BlockKey) -> Result<&'a [u8], DecodeError> {
-    let h = decode_header(buf)?;
-    if &h.key != key {
-        return Err(DecodeError::OtherBlock);
-    }
-    let data = &buf[h.header_len..];
-    if data.len() as u64 != h.data_len {
-        return Err(DecodeError::DataLength {
-            got: data.len() as u64,
-            want: h.data_len,
-        });
-    }
-    if xxh3_64(data) != h.checksum {
-        return Err(DecodeError::Checksum);
-    }
-    Ok(data)
-}
-
-/// Decodes a header from the start of `buf`. Never panics, whatever the bytes.
-pub fn decode_header(buf: &[u8]) -> Result<Header, DecodeError> {
-    if buf.len() < FIXED {
-        return Err(DecodeError::Short);
-    }
-    if &buf[..8] != MAGIC {
-        return Err(DecodeError::NotBlockFile);
-    }
-    let u32_at = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().unwrap());
-    let u64_at = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().unwrap());
-    if u32_at(8) != VERSION {
-        return Err(DecodeError::Version(u32_at(8)));
-    }
-    let header_len = u32_at(12) as usize;
-    if !(FIXED..=MAX_HEADER).contains(&header_len) || header_len > buf.len() {
-        return Err(DecodeError::HeaderLength(header_len));
-    }
-    let data_len = u64_at(16);
-    let checksum = u64_at(24);
-    let block_size = u64_at(32);
-    let index = u64_at(40);
-    let mut at = FIXED;
-    let mut parts = Vec::with_capacity(3);
-    for _ in 0..3 {
-        if at + 4 > header_len {
-            return Err(DecodeError::Fields("header ends inside a field length"));
-        }
-        let n = u32_at(at) as usize;
-        at += 4;
-        if n > header_len - at {
-            return Err(DecodeError::Fields("header field runs past the header"));
-        }
-        let s = std::str::from_utf8(&buf[at..at + n])
-            .map_err(|_| DecodeError::Fields("header field is not UTF-8"))?;
-        parts.push(s);
-        at += n;
-    }
-    if at != header_len {
-        return Err(DecodeError::Fields(
-            "header length does not match its fields",
-        ));
-    }
-    Ok(Header {
-        key: BlockKey::new(parts[0], parts[1], parts[2], block_size, index),
-        header_len,
-        data_len,
-        checksum,
-    })
-}
+pub use format::{decode_block, decode_header, encode_header, DecodeError, Header};
+pub use layout::block_path;
+use layout::filesystem_size;
 
 struct State {
     lru: LruCache<BlockKey, u64>,
@@ -219,24 +96,10 @@ impl DiskTier {
                 dir.display()
             );
         }
-        let mut found: Vec<(SystemTime, BlockKey, u64)> = Vec::new();
         let mut stats = DiskStats::default();
-        for sub in fs::read_dir(&dir)? {
-            let sub = sub?.path();
-            if !sub.is_dir() {
-                continue;
-            }
-            for f in fs::read_dir(&sub)? {
-                let path = f?.path();
-                let keep = path.extension().is_some_and(|e| e == "blk")
-                    && Self::index_file(&path, &mut found).is_ok();
-                if !keep {
-                    let _ = fs::remove_file(&path);
-                    stats.removed += 1;
-                }
-            }
-        }
-        found.sort_by_key(|f| f.0);
+        let mut found = scan::scan(&dir)?;
+        stats.removed = found.removed;
+        found.blocks.sort_by_key(|f| f.modified);
         let tier = DiskTier {
             dir,
             capacity: AtomicU64::new(capacity),
@@ -254,9 +117,9 @@ impl DiskTier {
         };
         {
             let mut s = tier.state.lock().unwrap();
-            for (_, key, size) in found {
-                s.bytes += size;
-                s.lru.put(key, size);
+            for b in found.blocks {
+                s.bytes += b.len;
+                s.lru.put(b.key, b.len);
             }
             tier.evict(&mut s);
             stats.blocks = s.lru.len() as u64;
@@ -266,38 +129,9 @@ impl DiskTier {
         Ok((tier, stats))
     }
 
-    fn index_file(path: &Path, found: &mut Vec<(SystemTime, BlockKey, u64)>) -> Result<(), String> {
-        let mut f = fs::File::open(path).map_err(|e| e.to_string())?;
-        let meta = f.metadata().map_err(|e| e.to_string())?;
-        let mut buf = vec![0u8; 4096.min(meta.len() as usize)];
-        f.read_exact(&mut buf).map_err(|e| e.to_string())?;
-        let h = match decode_header(&buf) {
-            // A long key: the header runs past the first read.
-            Err(DecodeError::HeaderLength(n))
-                if n <= MAX_HEADER && meta.len() as usize > buf.len() =>
-            {
-                let mut all = Vec::new();
-                fs::File::open(path)
-                    .and_then(|mut f| f.read_to_end(&mut all))
-                    .map_err(|e| e.to_string())?;
-                decode_header(&all).map_err(|e| e.to_string())?
-            }
-            r => r.map_err(|e| e.to_string())?,
-        };
-        if h.header_len as u64 + h.data_len != meta.len() {
-            return Err("file length does not match its header".into());
-        }
-        let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        found.push((mtime, h.key, meta.len()));
-        Ok(())
-    }
-
     /// Where `key` lives on disk.
     pub fn path_of(&self, key: &BlockKey) -> PathBuf {
-        let d = key.digest();
-        self.dir
-            .join(format!("{:02x}", (d >> 120) as u8))
-            .join(format!("{d:032x}.blk"))
+        block_path(&self.dir, key)
     }
 
     pub fn failures(&self) -> DiskFailures {
@@ -485,96 +319,5 @@ impl BlockCache for DiskTier {
             blocks: s.lru.len() as u64,
             evictions: self.evictions.load(Relaxed),
         }
-    }
-}
-
-/// The size of the filesystem holding `dir`, if it can be asked.
-fn filesystem_size(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes only into the struct passed; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some(st.f_blocks as u64 * st.f_frsize as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(i: u64) -> BlockKey {
-        BlockKey::new("bucket", "dir/obj ü", "etag1", 1000, i)
-    }
-
-    #[test]
-    fn header_round_trip_and_garbage() {
-        let h = encode_header(&key(3), b"hello");
-        let d = decode_header(&h).unwrap();
-        assert_eq!((d.key, d.data_len, d.header_len), (key(3), 5, h.len()));
-        assert!(decode_header(b"").is_err());
-        assert!(decode_header(&h[..h.len() - 1]).is_err());
-        let mut bad = h.clone();
-        bad[12] = 0xff;
-        assert!(decode_header(&bad).is_err());
-    }
-
-    #[test]
-    fn survives_reopen_and_stays_in_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        let (t, _) = DiskTier::open(dir.path(), 10_000).unwrap();
-        for i in 0..30 {
-            t.insert(key(i), Bytes::from(vec![i as u8; 1000]));
-            assert!(t.stats().used_bytes <= 10_000);
-        }
-        let kept = t.stats().blocks;
-        assert!(kept >= 5 && t.stats().evictions > 0);
-        drop(t);
-        // A leftover temporary file is cleaned at start.
-        std::fs::write(dir.path().join("blocks/00/junk.1.tmp"), b"x").unwrap_or_else(|_| {
-            std::fs::create_dir_all(dir.path().join("blocks/00")).unwrap();
-            std::fs::write(dir.path().join("blocks/00/junk.1.tmp"), b"x").unwrap();
-        });
-        let (t, stats) = DiskTier::open(dir.path(), 10_000).unwrap();
-        assert_eq!(stats.blocks, kept);
-        assert_eq!(stats.removed, 1);
-        assert_eq!(t.get(&key(29)).unwrap(), Bytes::from(vec![29u8; 1000]));
-    }
-
-    #[test]
-    fn a_block_held_is_not_written_again_and_counts_as_used() {
-        use std::os::unix::fs::MetadataExt;
-        let dir = tempfile::tempdir().unwrap();
-        let (t, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        let size = (encode_header(&key(0), &[0; 1000]).len() + 1000) as u64;
-        // Room for two blocks and a half.
-        t.capacity.store(size * 5 / 2, Relaxed);
-        t.insert(key(1), Bytes::from(vec![1u8; 1000]));
-        t.insert(key(2), Bytes::from(vec![2u8; 1000]));
-        let inode = std::fs::metadata(t.path_of(&key(1))).unwrap().ino();
-        t.insert(key(1), Bytes::from(vec![1u8; 1000]));
-        assert_eq!(std::fs::metadata(t.path_of(&key(1))).unwrap().ino(), inode);
-        assert_eq!((t.stats().blocks, t.stats().used_bytes), (2, 2 * size));
-        // It was used, so the third block evicts the second.
-        t.insert(key(3), Bytes::from(vec![3u8; 1000]));
-        assert!(t.get(&key(2)).is_none());
-        assert_eq!(t.get(&key(1)).unwrap(), Bytes::from(vec![1u8; 1000]));
-    }
-
-    #[test]
-    fn a_corrupt_block_is_dropped_and_counted() {
-        let dir = tempfile::tempdir().unwrap();
-        let (t, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        t.insert(key(1), Bytes::from(vec![7u8; 4096]));
-        let path = t.path_of(&key(1));
-        let mut raw = std::fs::read(&path).unwrap();
-        let n = raw.len();
-        raw[n - 10] ^= 0xff;
-        std::fs::write(&path, raw).unwrap();
-        assert!(t.get(&key(1)).is_none());
-        assert_eq!(t.failures().checksum, 1);
-        assert!(!path.exists());
-        assert_eq!(t.stats().blocks, 0);
     }
 }
