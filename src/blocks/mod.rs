@@ -23,7 +23,8 @@ pub mod tiers;
 use bytes::Bytes;
 
 pub use disk::{
-    decode_block, decode_header, encode_header, DecodeError, DiskFailures, DiskStats, DiskTier,
+    block_path, decode_block, decode_header, encode_header, DecodeError, DiskFailures, DiskStats,
+    DiskTier, IndexProgress, Purge,
 };
 pub use files::FileTier;
 pub use flight::{FlightError, Flights, Joined};
@@ -49,6 +50,11 @@ pub trait BlockCache: Send + Sync {
     fn insert(&self, key: BlockKey, data: Bytes);
     /// Drops every block `gone` picks; returns how many.
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64;
+    /// [`Self::remove`] with a predicate the tier may keep: a disk tier whose
+    /// index is still being read applies it to the files it finds after.
+    fn remove_shared(&self, gone: Purge) -> u64 {
+        self.remove(&*gone)
+    }
     /// Drops one block, if held.
     fn forget(&self, key: &BlockKey) {
         self.remove(&|k| k == key);

@@ -321,9 +321,9 @@ where
 
     /// Drops the blocks `gone` picks from both tiers; returns how many.
     async fn remove(&self, gone: impl Fn(&BlockKey) -> bool + Send + Sync + 'static) -> u64 {
-        let gone = Arc::new(gone);
+        let gone: super::Purge = Arc::new(gone);
         let g = gone.clone();
-        self.ram.remove(&*gone) + self.on_disk(move |d| d.remove(&*g)).await.unwrap_or(0)
+        self.ram.remove(&*gone) + self.on_disk(move |d| d.remove_shared(g)).await.unwrap_or(0)
     }
 
     /// The RAM tier's blocks, most recently used first.

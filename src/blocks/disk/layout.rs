@@ -66,3 +66,16 @@ pub fn filesystem_size(dir: &Path) -> Option<u64> {
     }
     Some(st.f_blocks as u64 * st.f_frsize as u64)
 }
+
+/// Bytes in use on the filesystem holding `dir`: at least what the tier's files
+/// hold, whatever they are.
+pub fn filesystem_used(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes only into the struct passed; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_blocks as u64).saturating_sub(st.f_bfree as u64) * st.f_frsize as u64)
+}

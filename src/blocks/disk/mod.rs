@@ -4,13 +4,20 @@
 //! Each file starts with a header naming the block it holds and an xxh3 checksum of
 //! its data; both are checked on every read, so a torn, corrupted or misplaced file
 //! is deleted and counted, never served. Files are written to a temporary name and
-//! renamed into place, so a crash leaves either the old state or the new one. At
-//! start the index is rebuilt from the headers alone (oldest first, so recency
-//! survives roughly), and leftover temporary files are removed.
+//! renamed into place, so a crash leaves either the old state or the new one.
+//!
+//! A tier serves as soon as it is open: the index is rebuilt from the headers
+//! alone by a scan that runs beside it ([`DiskTier::index`]), and a block it has
+//! not reached yet is read from its file by name when asked for ([`demand`]).
+//! Until the scan is done the tier never evicts (its index is partial) and
+//! writes a block only if it fits whatever the files not yet read hold; a purge
+//! meanwhile is applied to what the scan finds ([`index`]).
 //!
 //! All methods do blocking file I/O: async callers run them on a blocking thread.
 
+mod demand;
 mod format;
+mod index;
 mod layout;
 mod scan;
 #[cfg(test)]
@@ -19,9 +26,9 @@ mod tests;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use lru::LruCache;
@@ -29,8 +36,9 @@ use lru::LruCache;
 use super::{BlockCache, BlockKey, TierStats};
 use crate::log_limit::{more, LogLimit};
 pub use format::{decode_block, decode_header, encode_header, DecodeError, Header};
+pub use index::{IndexProgress, Purge};
 pub use layout::block_path;
-use layout::filesystem_size;
+use layout::{filesystem_size, filesystem_used};
 
 struct State {
     lru: LruCache<BlockKey, u64>,
@@ -38,6 +46,11 @@ struct State {
     /// Bytes of block files being written: room is kept for them, so writes
     /// side by side never hold more than the tier between them.
     writing: u64,
+    /// While the index scan runs: what is known of it, and the most bytes the
+    /// files it has not read yet can hold (counted as used, so writes stay
+    /// within the tier whatever they turn out to be).
+    indexing: Option<index::Indexing>,
+    unscanned: u64,
 }
 
 pub struct DiskTier {
@@ -52,6 +65,14 @@ pub struct DiskTier {
     /// A full, read-only or unreadable disk fails every block: one line a minute.
     read_log: LogLimit,
     write_log: LogLimit,
+    opened: SystemTime,
+    /// Block files the scan has read; files removed on demand as it would.
+    scanned: AtomicU64,
+    removed_on_demand: AtomicU64,
+    stop_scan: AtomicBool,
+    /// Whether a scan is running; told when it ends.
+    scanning: Mutex<bool>,
+    scan_ended: Condvar,
 }
 
 /// What has gone wrong on disk since the tier opened. A failure never fails a
@@ -84,9 +105,16 @@ pub struct DiskStats {
 
 impl DiskTier {
     /// Opens (creating if needed) the tier under `data_dir/blocks`, rebuilding the
-    /// index from the files there.
+    /// index from the files there before it returns.
     pub fn open(data_dir: &Path, capacity: u64) -> io::Result<(DiskTier, DiskStats)> {
-        let started = Instant::now();
+        let tier = Self::open_unindexed(data_dir, capacity)?;
+        let stats = tier.index()?;
+        Ok((tier, stats))
+    }
+
+    /// Opens the tier with an empty index, to serve at once; [`Self::index`]
+    /// (on a thread of its own) reads the files there.
+    pub fn open_unindexed(data_dir: &Path, capacity: u64) -> io::Result<DiskTier> {
         let dir = data_dir.join("blocks");
         fs::create_dir_all(&dir)?;
         if let Some(total) = filesystem_size(&dir).filter(|&t| t < capacity) {
@@ -96,17 +124,18 @@ impl DiskTier {
                 dir.display()
             );
         }
-        let mut stats = DiskStats::default();
-        let mut found = scan::scan(&dir)?;
-        stats.removed = found.removed;
-        found.blocks.sort_by_key(|f| f.modified);
-        let tier = DiskTier {
+        // The tier's files hold no more than the filesystem does; unknown, as
+        // much as the tier may.
+        let unscanned = filesystem_used(&dir).unwrap_or(capacity);
+        Ok(DiskTier {
             dir,
             capacity: AtomicU64::new(capacity),
             state: Mutex::new(State {
                 lru: LruCache::unbounded(),
                 bytes: 0,
                 writing: 0,
+                indexing: Some(index::Indexing::default()),
+                unscanned,
             }),
             evictions: AtomicU64::new(0),
             checksum_failures: AtomicU64::new(0),
@@ -114,19 +143,75 @@ impl DiskTier {
             write_failures: AtomicU64::new(0),
             read_log: LogLimit::per_minute(),
             write_log: LogLimit::per_minute(),
+            opened: SystemTime::now(),
+            scanned: AtomicU64::new(0),
+            removed_on_demand: AtomicU64::new(0),
+            stop_scan: AtomicBool::new(false),
+            scanning: Mutex::new(true),
+            scan_ended: Condvar::new(),
+        })
+    }
+
+    /// Reads every block file's header into the index (the tier serving
+    /// meanwhile), then brings the tier within its capacity. `Interrupted` if
+    /// [`Self::stop_index`] stopped it: the tier then goes on finding blocks by
+    /// name and never evicts.
+    pub fn index(&self) -> io::Result<DiskStats> {
+        let started = Instant::now();
+        let progress = |len: u64| {
+            let mut s = self.state.lock().unwrap();
+            s.unscanned = s.unscanned.saturating_sub(len);
         };
-        {
-            let mut s = tier.state.lock().unwrap();
-            for b in found.blocks {
-                s.bytes += b.len;
-                s.lru.put(b.key, b.len);
+        let ctl = scan::Control {
+            opened: self.opened,
+            read: &self.scanned,
+            stop: &self.stop_scan,
+            progress: &progress,
+        };
+        let mut found = scan::scan(&self.dir, &ctl);
+        let mut stats = DiskStats::default();
+        if let Ok(found) = found.as_mut() {
+            let mut s = self.state.lock().unwrap();
+            let indexing = s.indexing.take().unwrap_or_default();
+            let (lru, bytes, gone) = indexing.merge(std::mem::take(&mut found.blocks), &s.lru);
+            for k in gone {
+                let _ = fs::remove_file(self.path_of(&k));
             }
-            tier.evict(&mut s);
+            (s.lru, s.bytes, s.unscanned) = (lru, bytes, 0);
+            self.evict(&mut s);
             stats.blocks = s.lru.len() as u64;
             stats.bytes = s.bytes;
+            stats.removed = found.removed + self.removed_on_demand.load(Relaxed);
         }
+        *self.scanning.lock().unwrap() = false;
+        self.scan_ended.notify_all();
         stats.took = started.elapsed();
-        Ok((tier, stats))
+        found.map(|_| stats)
+    }
+
+    /// Stops the index scan and waits (a little) for it to end: the tier is
+    /// someone else's now, so it deletes nothing more.
+    pub fn stop_index(&self) {
+        self.stop_scan.store(true, Relaxed);
+        let running = self.scanning.lock().unwrap();
+        drop(
+            self.scan_ended
+                .wait_timeout_while(running, Duration::from_secs(5), |r| *r),
+        );
+    }
+
+    /// How far the index scan has come.
+    pub fn progress(&self) -> IndexProgress {
+        IndexProgress {
+            read: self.scanned.load(Relaxed),
+            done: self.state.lock().unwrap().indexing.is_none(),
+        }
+    }
+
+    /// Waits until no scan runs.
+    fn wait_for_scan(&self) {
+        let running = self.scanning.lock().unwrap();
+        drop(self.scan_ended.wait_while(running, |r| *r));
     }
 
     /// Where `key` lives on disk.
@@ -143,7 +228,10 @@ impl DiskTier {
     }
 
     fn evict(&self, s: &mut State) {
-        self.evict_to(s, self.capacity.load(Relaxed));
+        // A partial index would evict what was used last.
+        if s.indexing.is_none() {
+            self.evict_to(s, self.capacity.load(Relaxed));
+        }
     }
 
     /// Drops the oldest blocks until at most `limit` bytes are held.
@@ -163,6 +251,9 @@ impl DiskTier {
         if let Some(size) = s.lru.pop(key) {
             s.bytes -= size;
         }
+        if let Some(ix) = s.indexing.as_mut() {
+            ix.dropped(key);
+        }
         let _ = fs::remove_file(self.path_of(key));
     }
 
@@ -181,8 +272,8 @@ impl DiskTier {
         let full = matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT));
         let mut room = String::new();
         let mut made_room = false;
-        if full {
-            let mut s = self.state.lock().unwrap();
+        let mut s = self.state.lock().unwrap();
+        if full && s.indexing.is_none() {
             let limit = s.bytes.min(self.capacity.load(Relaxed));
             if limit >= size {
                 self.capacity.store(limit, Relaxed);
@@ -191,6 +282,7 @@ impl DiskTier {
             }
             room = format!("; the tier now holds at most {limit} bytes");
         }
+        drop(s);
         if let Some(n) = self.write_log.event() {
             tracing::warn!(
                 path = %path.display(),
@@ -204,8 +296,11 @@ impl DiskTier {
 
 impl BlockCache for DiskTier {
     fn get(&self, key: &BlockKey) -> Option<Bytes> {
-        // Known to the index (and promoted in it), or not on disk at all.
-        self.state.lock().unwrap().lru.get(key)?;
+        // Known to the index (and promoted in it), or not on disk at all once
+        // the scan is done.
+        if self.state.lock().unwrap().lru.get(key).is_none() {
+            return self.on_demand(key);
+        }
         match self.read_verified(key) {
             Ok(b) => Some(b),
             Err(ReadFailure::Bad(why)) => {
@@ -241,6 +336,10 @@ impl BlockCache for DiskTier {
         if size > capacity {
             return;
         }
+        // On disk but not read by the scan yet: kept, not written twice.
+        if self.state.lock().unwrap().indexing.is_some() && self.adopt(&key) {
+            return;
+        }
         {
             let mut s = self.state.lock().unwrap();
             // A key names one version's block: held, it holds these bytes
@@ -252,10 +351,18 @@ impl BlockCache for DiskTier {
             if s.writing + size > capacity {
                 return;
             }
-            // Room first: on a disk that holds no more than the tier, writing
-            // before evicting would fail.
-            let room = capacity.saturating_sub(size + s.writing);
-            self.evict_to(&mut s, room);
+            if s.indexing.is_some() {
+                // No eviction on a partial index: written only if it fits
+                // whatever the files not read yet hold.
+                if s.bytes + s.unscanned + s.writing + size > capacity {
+                    return;
+                }
+            } else {
+                // Room first: on a disk that holds no more than the tier,
+                // writing before evicting would fail.
+                let room = capacity.saturating_sub(size + s.writing);
+                self.evict_to(&mut s, room);
+            }
             s.writing += size;
         }
         let path = self.path_of(&key);
@@ -292,19 +399,19 @@ impl BlockCache for DiskTier {
         self.evict(&mut s);
     }
 
+    /// Waits for the index scan, if one runs: what it has not read is out of
+    /// reach of a predicate it cannot keep (see [`Self::remove_shared`]).
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
-        let picked: Vec<BlockKey> = {
-            let s = self.state.lock().unwrap();
-            s.lru
-                .iter()
-                .filter(|(k, _)| gone(k))
-                .map(|(k, _)| k.clone())
-                .collect()
-        };
-        for k in &picked {
-            self.forget(k);
+        self.wait_for_scan();
+        self.remove_indexed(gone)
+    }
+
+    /// A purge while the scan runs is kept and applied to what it finds.
+    fn remove_shared(&self, gone: Purge) -> u64 {
+        if let Some(ix) = self.state.lock().unwrap().indexing.as_mut() {
+            ix.purge(gone.clone());
         }
-        picked.len() as u64
+        self.remove_indexed(&*gone)
     }
 
     fn failures(&self) -> DiskFailures {
@@ -319,5 +426,23 @@ impl BlockCache for DiskTier {
             blocks: s.lru.len() as u64,
             evictions: self.evictions.load(Relaxed),
         }
+    }
+}
+
+impl DiskTier {
+    /// Drops the indexed blocks `gone` picks; returns how many.
+    fn remove_indexed(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
+        let picked: Vec<BlockKey> = {
+            let s = self.state.lock().unwrap();
+            s.lru
+                .iter()
+                .filter(|(k, _)| gone(k))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        for k in &picked {
+            self.forget(k);
+        }
+        picked.len() as u64
     }
 }

@@ -1,0 +1,78 @@
+//! The index while the scan runs. The tier serves at once: a block the scan has
+//! not reached is looked up by its file's name when asked for, and a block is
+//! written beside files not yet read. What happens meanwhile is kept here so
+//! that the scan's findings, merged at its end, count no block twice and bring
+//! back none that was dropped or purged.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use lru::LruCache;
+
+use super::layout::OnDisk;
+use crate::blocks::BlockKey;
+
+/// A purge, kept to apply to what the scan finds after it.
+pub type Purge = Arc<dyn Fn(&BlockKey) -> bool + Send + Sync>;
+
+/// How far the index scan has come.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IndexProgress {
+    /// Block files read so far (all of them once done).
+    pub read: u64,
+    pub done: bool,
+}
+
+/// What happened while the scan ran.
+#[derive(Default)]
+pub struct Indexing {
+    /// Blocks dropped (bad files, forgotten): the scan may have read them before.
+    dropped: HashSet<BlockKey>,
+    purges: Vec<Purge>,
+}
+
+impl Indexing {
+    pub fn dropped(&mut self, key: &BlockKey) {
+        self.dropped.insert(key.clone());
+    }
+
+    pub fn purge(&mut self, p: Purge) {
+        self.purges.push(p);
+    }
+
+    pub fn purged(&self, key: &BlockKey) -> bool {
+        self.purges.iter().any(|p| p(key))
+    }
+
+    /// The index once the scan is done: what it found (oldest first, so recency
+    /// survives roughly), then what was found or written while it ran, in the
+    /// order used; and the blocks found that a purge meanwhile picked (their
+    /// files are to go).
+    pub fn merge(
+        self,
+        mut found: Vec<OnDisk>,
+        meanwhile: &LruCache<BlockKey, u64>,
+    ) -> (LruCache<BlockKey, u64>, u64, Vec<BlockKey>) {
+        found.sort_by_key(|f| f.modified);
+        let mut lru = LruCache::unbounded();
+        let (mut bytes, mut gone) = (0, Vec::new());
+        for b in found {
+            if meanwhile.contains(&b.key) || self.dropped.contains(&b.key) {
+                continue;
+            }
+            if self.purged(&b.key) {
+                gone.push(b.key);
+                continue;
+            }
+            bytes += b.len;
+            lru.put(b.key, b.len);
+        }
+        for (k, len) in meanwhile.iter().rev() {
+            if let Some(old) = lru.put(k.clone(), *len) {
+                bytes -= old;
+            }
+            bytes += len;
+        }
+        (lru, bytes, gone)
+    }
+}
