@@ -100,6 +100,10 @@ pub struct Metrics {
     /// Blocks found on disk at start, and leftover or unreadable files removed.
     pub disk_blocks_at_start: Gauge,
     pub disk_files_removed_at_start: Gauge,
+    /// The index scan at start, which the node serves beside: block files read
+    /// so far, and 1 once it is done (the three gauges above are set then).
+    pub disk_index_blocks: Gauge,
+    pub disk_index_done: Gauge,
     /// Requests passed through to the origin uncached because of the rules.
     pub uncached_requests: Counter,
     /// Objects whose cached blocks expired under a rule's `ttl`.
@@ -217,6 +221,12 @@ impl Metrics {
         self.disk_files_removed_at_start.set(s.removed as i64);
     }
 
+    /// How far the disk tier's index scan has come.
+    pub fn disk_index(&self, p: shoal::blocks::IndexProgress) {
+        self.disk_index_blocks.set(p.read as i64);
+        self.disk_index_done.set(p.done as i64);
+    }
+
     /// Brings the tier levels and counts up to date.
     pub fn tiers(
         &self,
@@ -283,6 +293,8 @@ impl Metrics {
             "disk_index_rebuild_seconds" => self.disk_index_rebuild_seconds, "Time to rebuild the disk tier index at start";
             "disk_blocks_at_start" => self.disk_blocks_at_start, "Blocks found on disk at start";
             "disk_files_removed_at_start" => self.disk_files_removed_at_start, "Temporary or unreadable block files removed at start";
+            "disk_index_blocks" => self.disk_index_blocks, "Block files the disk tier's index scan has read (the node serves meanwhile)";
+            "disk_index_done" => self.disk_index_done, "1 once the disk tier's index scan is done";
             "uncached_requests" => self.uncached_requests, "Requests passed through to the origin uncached (rules)";
             "expired_objects" => self.expired, "Objects whose cached blocks expired under a rule's ttl";
             "hop_requests" => self.hop_requests, "Requests that arrived from another node";

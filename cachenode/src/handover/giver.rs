@@ -121,6 +121,7 @@ pub async fn serve(
         };
         settle(&app, SETTLE_LIMIT).await;
         app.node.keep_on_stop(keep).await;
+        app.node.stop_disk_index();
         match release(&s).await {
             Ok(()) => {
                 shoal::notify::send(&format!("MAINPID={}\nREADY=1", s.pid));

@@ -87,6 +87,8 @@ pub struct Node {
     /// forward.
     tiers: Tiers<bool, NodeError>,
     source: Arc<fetch::Source>,
+    /// The disk tier, for its index scan's progress.
+    disk_tier: Option<Arc<DiskTier>>,
     /// Where the disk tier's files are, if it has one.
     disk_dir: Option<std::path::PathBuf>,
     /// Listing pages and missing keys.
@@ -99,15 +101,8 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let disk = match &o.disk {
             Some((dir, bytes)) if *bytes > 0 => {
-                let (tier, stats) = DiskTier::open(dir, *bytes)?;
-                tracing::info!(
-                    blocks = stats.blocks,
-                    bytes = stats.bytes,
-                    removed = stats.removed,
-                    "disk tier index rebuilt in {:?}",
-                    stats.took
-                );
-                metrics.disk_opened(&stats);
+                let tier = Arc::new(DiskTier::open_unindexed(dir, *bytes)?);
+                index_in_background(tier.clone(), metrics.clone())?;
                 Some(tier)
             }
             _ => None,
@@ -138,8 +133,10 @@ impl Node {
             tiers: Tiers::new(
                 o.ram_bytes,
                 largest,
-                disk.map(|d| Arc::new(d) as Arc<dyn shoal::blocks::BlockCache>),
+                disk.clone()
+                    .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
             ),
+            disk_tier: disk,
             versions,
             disk_dir: o.disk.as_ref().filter(|d| d.1 > 0).map(|d| d.0.clone()),
             rules: Rules::new(o.rules, o.block_size),
@@ -404,5 +401,40 @@ impl Node {
             self.tiers.pool_stats(),
         );
         self.metrics.metadata(&self.metadata.stats());
+        if let Some(d) = &self.disk_tier {
+            self.metrics.disk_index(d.progress());
+        }
     }
+
+    /// Stops the disk tier's index scan, if it still runs: a successor took the
+    /// tier over and scans it itself.
+    pub fn stop_disk_index(&self) {
+        if let Some(d) = &self.disk_tier {
+            d.stop_index();
+        }
+    }
+}
+
+/// Reads the disk tier's index on a thread of its own: the node serves
+/// meanwhile, finding blocks the scan has not reached by their files' names.
+fn index_in_background(tier: Arc<DiskTier>, metrics: Arc<Metrics>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("disk-index".into())
+        .spawn(move || match tier.index() {
+            Ok(stats) => {
+                tracing::info!(
+                    blocks = stats.blocks,
+                    bytes = stats.bytes,
+                    removed = stats.removed,
+                    "disk tier index read in {:?} (served from disk meanwhile)",
+                    stats.took
+                );
+                metrics.disk_opened(&stats);
+                metrics.disk_index(tier.progress());
+            }
+            Err(e) => tracing::warn!(
+                "disk tier index scan ended early: {e}; blocks are found by name and nothing is evicted"
+            ),
+        })
+        .map(drop)
 }

@@ -16,6 +16,7 @@ mod gateway;
 mod handover;
 mod hostile;
 mod hostile_clients;
+mod index_first;
 mod metadata;
 mod node;
 mod process;
