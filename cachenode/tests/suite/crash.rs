@@ -47,7 +47,9 @@ async fn fifty_kills_while_filling_the_disk_tier() {
     for round in 0..kills {
         let mut node = NodeProcess::spawn(&cfg);
         let addr = node.socket_addr();
-        let text = scrape(addr).await;
+        // The node serves while its index is read; what the scan found is
+        // known once it is done.
+        let text = indexed(addr).await;
         rebuilds.push(metric(&text, "shoal_node_disk_index_rebuild_seconds"));
         removed += metric(&text, "shoal_node_disk_files_removed_at_start");
         // Load: a few readers of random ranges, each checked, while a kill comes at
@@ -91,7 +93,7 @@ async fn fifty_kills_while_filling_the_disk_tier() {
         let (_, got) = c.get_bytes(&GetObject::new(BUCKET, k)).await.unwrap();
         assert!(got == *b, "{k} differs after {kills} kills");
     }
-    let text = scrape(addr).await;
+    let text = indexed(addr).await;
     let checksum_failures = metric(&text, "shoal_node_checksum_failures_total");
     let on_disk = metric(&text, "shoal_node_disk_blocks_at_start");
     // The final reads' blocks reach the disk after their answers: let those
@@ -122,6 +124,15 @@ async fn fifty_kills_while_filling_the_disk_tier() {
         started.elapsed()
     );
     assert_eq!(leftovers, 0, "non-block files left in the data dir");
+}
+
+/// The node's metrics once its disk tier's index scan is done.
+async fn indexed(addr: std::net::SocketAddr) -> String {
+    wait_for_value("the index scan's end", Duration::from_secs(30), || async {
+        let text = scrape(addr).await;
+        (metric(&text, "shoal_node_disk_index_done") == 1.0).then_some(text)
+    })
+    .await
 }
 
 fn walkdir(p: &std::path::Path) -> Vec<String> {
