@@ -38,7 +38,7 @@ impl S3Client {
             .map(Duration::from_secs);
         let parsed = xml::parse_list(&body).map_err(|m| self.protocol(m))?;
         let encoded = parsed.encoding_type.as_deref() == Some("url");
-        let text = |s: String| if encoded { url_decode(&s) } else { s };
+        let text = |s: String| if encoded { url_decode(s) } else { s };
         let objects = parsed
             .contents
             .into_iter()
@@ -91,8 +91,11 @@ impl S3Client {
 }
 
 /// A key of a listing with `encoding-type=url`: S3 form-encodes it (a space is
-/// `+`, a `+` is `%2B`).
-fn url_decode(s: &str) -> String {
+/// `+`, a `+` is `%2B`). Most keys have nothing encoded and are kept as they are.
+fn url_decode(s: String) -> String {
+    if !s.bytes().any(|b| b == b'+' || b == b'%') {
+        return s;
+    }
     percent_encoding::percent_decode_str(&s.replace('+', " "))
         .decode_utf8_lossy()
         .into_owned()
@@ -117,7 +120,14 @@ pub(crate) fn parse_iso8601(s: &str) -> Option<SystemTime> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146097 + doe - 719468;
     let secs = days * 86400 + h * 3600 + mi * 60 + se;
-    let millis: u64 = format!("{frac:0<3}")[..3].parse().ok()?;
+    // Milliseconds from the first three digits of the fraction, however many.
+    let mut millis = 0u64;
+    for c in frac.bytes().chain(std::iter::repeat(b'0')).take(3) {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        millis = millis * 10 + u64::from(c - b'0');
+    }
     let secs = u64::try_from(secs).ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
 }
@@ -129,10 +139,11 @@ mod tests {
     #[test]
     fn listing_keys_decode_as_s3_encodes_them() {
         assert_eq!(
-            url_decode("a+b%2Bc%25d%0D%01/%ED%95%9C"),
+            url_decode("a+b%2Bc%25d%0D%01/%ED%95%9C".into()),
             "a b+c%d\r\u{1}/한"
         );
-        assert_eq!(url_decode("plain/key"), "plain/key");
+        assert_eq!(url_decode("plain/key".into()), "plain/key");
+        assert_eq!(url_decode("ü/한".into()), "ü/한");
     }
 
     #[test]
