@@ -91,6 +91,7 @@ pub fn build(
                 self_id: me.clone(),
                 timeout: node_cfg.peer_fill_timeout,
                 stall: c.timeouts.stall,
+                clients: node::PeerClients::new(c, &origin.options().region),
             })
         }
         _ => None,

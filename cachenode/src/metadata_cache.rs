@@ -44,6 +44,12 @@ impl Answer {
     }
 }
 
+/// An answer's age in whole seconds for an `Age` header, rounded up: a cache
+/// that keeps a copy this old never holds it past its TTL.
+pub fn age_secs_up(age: Duration) -> u64 {
+    age.as_secs() + u64::from(age.subsec_nanos() > 0)
+}
+
 /// How a listing was answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Listed {
@@ -51,6 +57,9 @@ pub enum Listed {
     Hit(Duration),
     /// This request asked the origin.
     Fetched,
+    /// This request took it from the node that held it before (its runner-up),
+    /// where it was this old.
+    Taken(Duration),
     /// It joined a request to the origin already in flight.
     Joined,
 }
@@ -146,7 +155,9 @@ pub struct MetadataCache {
     ttl: Duration,
     capacity: u64,
     inner: Arc<Mutex<Inner>>,
-    flights: Flights<String, Arc<Answer>, StoreError>,
+    /// A listing in flight, and how old it was where it came from (`None`:
+    /// the origin's answer now).
+    flights: Flights<String, (Arc<Answer>, Option<Duration>), StoreError>,
     /// Bumped by every invalidation: a fetch that saw it change keeps nothing.
     generation: Arc<AtomicU64>,
 }
@@ -191,12 +202,29 @@ impl MetadataCache {
     pub async fn listing<F>(
         &self,
         id: String,
-        (bucket, prefix): (&str, &str),
+        scope: (&str, &str),
         accept: Duration,
         fetch: F,
     ) -> Result<(Arc<Answer>, Listed), StoreError>
     where
         F: Future<Output = Result<Answer, StoreError>> + Send + 'static,
+    {
+        let fetch = async move { fetch.await.map(|a| (a, None)) };
+        self.listing_aged(id, scope, accept, fetch).await
+    }
+
+    /// [`Self::listing`] whose `fetch` may bring a copy another cache held
+    /// (`Some(age)`): it is kept that old, so its TTL still runs from when the
+    /// origin answered.
+    pub async fn listing_aged<F>(
+        &self,
+        id: String,
+        (bucket, prefix): (&str, &str),
+        accept: Duration,
+        fetch: F,
+    ) -> Result<(Arc<Answer>, Listed), StoreError>
+    where
+        F: Future<Output = Result<(Answer, Option<Duration>), StoreError>> + Send + 'static,
     {
         if let Some((a, age)) = self.fresh_listing(&id, accept) {
             return Ok((a, Listed::Hit(age)));
@@ -208,7 +236,10 @@ impl MetadataCache {
         let entry_id = id.clone();
         let (bucket, prefix) = (bucket.to_owned(), prefix.to_owned());
         let flight = async move {
-            let answer = Arc::new(fetch.await?);
+            let (answer, age) = fetch.await?;
+            let answer = Arc::new(answer);
+            let now = Instant::now();
+            let at = age.and_then(|a| now.checked_sub(a)).unwrap_or(now);
             let mut inner = inner.lock().unwrap();
             if answer.status == 200 && generation.load(Relaxed) == seen {
                 let bytes =
@@ -217,17 +248,18 @@ impl MetadataCache {
                     bucket,
                     scope: prefix,
                     held: Held::Listing(answer.clone()),
-                    at: Instant::now(),
+                    at,
                     bytes,
                     tick: 0,
                 };
                 inner.insert(entry_id, e, capacity);
             }
-            Ok(answer)
+            Ok((answer, age))
         };
         match self.flights.run(id, flight).await {
-            (Ok(a), Joined::Leader) => Ok((a, Listed::Fetched)),
-            (Ok(a), Joined::Follower) => Ok((a, Listed::Joined)),
+            (Ok((a, None)), Joined::Leader) => Ok((a, Listed::Fetched)),
+            (Ok((a, Some(age))), Joined::Leader) => Ok((a, Listed::Taken(age))),
+            (Ok((a, _)), Joined::Follower) => Ok((a, Listed::Joined)),
             (Err(FlightError::Failed(e)), _) => Err(e),
             (Err(FlightError::Lost(why)), _) => Err(StoreError::Protocol {
                 endpoint: "origin".into(),
@@ -433,6 +465,23 @@ mod tests {
             "b was the least recently used"
         );
         assert!(c.fresh_listing("a", TTL).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_copy_taken_from_another_cache_keeps_its_age() {
+        let c = MetadataCache::new(TTL, 1 << 20);
+        let taken = async { Ok((answer("page"), Some(Duration::from_secs(50)))) };
+        let (_, how) = c
+            .listing_aged("p".into(), ("b", ""), TTL, taken)
+            .await
+            .unwrap();
+        assert_eq!(how, Listed::Taken(Duration::from_secs(50)));
+        let (_, age) = c.fresh_listing("p", TTL).unwrap();
+        assert_eq!(age, Duration::from_secs(50), "the age was reset");
+        // Ten more seconds and the origin's answer is a minute old: gone,
+        // though it arrived here only ten seconds ago.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(c.fresh_listing("p", TTL).is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -156,6 +156,9 @@ pub struct Metrics {
     /// (hit, miss, timeout, error), and the bytes the hits brought.
     pub peer_fills: Family<ResultLabel, Counter>,
     pub peer_fill_bytes: Counter,
+    /// Misses of owned listing pages and HEADs asked of their runner-up node
+    /// first, by op (list, head) and result.
+    pub peer_metadata_fills: Family<MetadataLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -194,6 +197,18 @@ impl Metrics {
     pub fn peer_fill(&self, result: crate::access::trace::PeerFill) {
         self.peer_fills
             .get_or_create(&ResultLabel {
+                result: result.name(),
+            })
+            .inc();
+        crate::access::trace::peer_fill(result);
+    }
+
+    /// One ask of a listing page's or HEAD's runner-up (`op`: list, head), by
+    /// result; also noted on the request, as a block's is.
+    pub fn peer_metadata_fill(&self, op: &'static str, result: crate::access::trace::PeerFill) {
+        self.peer_metadata_fills
+            .get_or_create(&MetadataLabel {
+                op,
                 result: result.name(),
             })
             .inc();
@@ -322,6 +337,7 @@ impl Metrics {
             "access_log_dropped" => self.access_log_dropped, "Access-log lines dropped for a writer behind";
             "peer_fills" => self.peer_fills, "Misses of owned blocks asked of their runner-up node (only-if-cached) first, by result";
             "peer_fill_bytes" => self.peer_fill_bytes, "Block bytes brought from runner-up nodes instead of the origin";
+            "peer_metadata_fills" => self.peer_metadata_fills, "Misses of owned listing pages and HEADs asked of their runner-up node (only-if-cached) first, by op and result";
         );
     }
 }

@@ -11,7 +11,14 @@
 //! A listing asked with `x-shoal-metadata-ttl` (a mount's), or matching a rule
 //! with a `list_ttl` (a plain client's), may be answered from the node's
 //! metadata cache instead: the origin's answer as it was, byte for byte, with an
-//! `Age` header; identical listings in flight cost the origin one.
+//! `Age` header; identical listings in flight cost the origin one. A page this
+//! node owns and lacks is asked of the node that owned it before (its runner-up,
+//! `only-if-cached`) first ([`crate::node::Peers::listing`]), and kept as old as
+//! it was there.
+//!
+//! A cached-only listing never reaches the origin, so the node answers for its
+//! query itself: one S3 would refuse is refused with `400 InvalidArgument`,
+//! not taken for a miss.
 
 use std::sync::Arc;
 
@@ -23,6 +30,7 @@ use super::objects::asked_ttl;
 use super::passthrough::{
     address, fetch_whole, forward, passed_headers, query_pairs, respond, signed_or_open,
 };
+use crate::metadata_cache::age_secs_up;
 use crate::node::{Listed, Node};
 
 /// The query parameters of a ListObjects request (v1 or v2); a bucket GET with
@@ -97,6 +105,9 @@ impl s3s::route::S3Route for ListRoute {
         let listing = req.method == Method::GET
             && !bucket.is_empty()
             && query.iter().all(|(k, _)| LIST_PARAMS.contains(&k.as_str()));
+        if listing && cached_only {
+            check_query(&query)?;
+        }
         let prefix = query
             .iter()
             .find(|(k, _)| k == "prefix")
@@ -126,32 +137,77 @@ impl s3s::route::S3Route for ListRoute {
             return match metadata.fresh_listing(&id, accept) {
                 Some((answer, age)) => {
                     self.node.metrics.metadata_request("list", "hit");
-                    Ok(respond(&answer, Some(age.as_secs())))
+                    // Rounded up: the asker keeps the copy this old.
+                    Ok(respond(&answer, Some(age_secs_up(age))))
                 }
                 None => Err(not_cached(&req.headers)),
             };
         }
-        let (origin, metrics, b) = (
-            self.origin.clone(),
-            self.node.metrics.clone(),
-            bucket.clone(),
-        );
+        let (origin, node, b) = (self.origin.clone(), self.node.clone(), bucket.clone());
         let fetch = async move {
-            metrics.origin_request("list");
-            fetch_whole(&origin, &b, query, passed).await
+            // Routed as the cluster's readers route it: its previous owner is
+            // this page's runner-up.
+            let param = |name: &str| {
+                query
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map_or("", |(_, v)| v.as_str())
+            };
+            let route = shoal::route::list_page_key(
+                param("prefix"),
+                param("delimiter"),
+                param("continuation-token"),
+            );
+            if let Some(p) = node.peers() {
+                let taken = p
+                    .listing(&b, &route, &query, &passed, accept, &node.metrics)
+                    .await;
+                if let Some((answer, age)) = taken {
+                    return Ok((answer, Some(age)));
+                }
+            }
+            node.metrics.origin_request("list");
+            Ok((fetch_whole(&origin, &b, query, passed).await?, None))
         };
+        // The fetch is its asker's, wherever it runs: its asks are on its line.
+        let fetch = crate::access::trace::scope(crate::access::trace::current(), fetch);
         let (answer, how) = metadata
-            .listing(id, (&bucket, &prefix), accept, fetch)
+            .listing_aged(id, (&bucket, &prefix), accept, fetch)
             .await
             .map_err(store_error)?;
         let (result, age) = match how {
             Listed::Hit(age) => ("hit", Some(age.as_secs())),
+            // A miss here, as old as it was on the node that held it.
+            Listed::Taken(age) => ("miss", Some(age.as_secs())),
             Listed::Fetched => ("miss", None),
             Listed::Joined => ("coalesced", None),
         };
         self.node.metrics.metadata_request("list", result);
         Ok(respond(&answer, age))
     }
+}
+
+/// Refuses a listing query S3 would refuse (what a cached-only listing is
+/// answered with instead of the origin's error): a `list-type` other than 2,
+/// a `max-keys` that is not a count, an `encoding-type` other than `url`, a
+/// `fetch-owner` other than `true` or `false`.
+fn check_query(query: &[(String, String)]) -> S3Result<()> {
+    for (k, v) in query {
+        let ok = match k.as_str() {
+            "list-type" => v == "2",
+            "max-keys" => !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()),
+            "encoding-type" => v == "url",
+            "fetch-owner" => v == "true" || v == "false",
+            _ => true,
+        };
+        if !ok {
+            return Err(s3s::s3_error!(
+                InvalidArgument,
+                "invalid listing parameter {k}={v:?} (a cached-only listing is checked by the node)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A listing's identity in the cache: its bucket, its query in a canonical order,

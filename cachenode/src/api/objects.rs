@@ -359,9 +359,12 @@ pub async fn head(
             return Err(s3_error!(NoSuchKey, "The specified key does not exist."));
         }
     }
-    if cached_only && node.known_for(&i.bucket, &i.key, via).is_none() {
-        return Err(refuse);
-    }
+    // A cached-only ask (a runner-up's) is told how long ago the origin
+    // confirmed the version, which the asker keeps.
+    let held_age = match cached_only {
+        true => Some(node.known_aged(&i.bucket, &i.key, via).ok_or(refuse)?.1),
+        false => None,
+    };
     let r = match api.resolve(&i.bucket, &i.key, ask!(i), false, via).await {
         Err(e) if via.accept.is_some() && *e.code() == s3s::S3ErrorCode::NoSuchKey => {
             node.metadata.note_missing(&i.bucket, &i.key);
@@ -379,6 +382,11 @@ pub async fn head(
         ..Default::default()
     });
     resp.headers = stored_headers(&r.meta, &[]);
+    if let Some(age) = held_age {
+        let secs = crate::metadata_cache::age_secs_up(age);
+        resp.headers
+            .insert(http::header::AGE, http::HeaderValue::from(secs));
+    }
     cache_status(api, &mut resp.headers, outcome_of_head());
     Ok(resp)
 }

@@ -21,6 +21,7 @@ mod error;
 mod fetch;
 mod handback;
 mod peer;
+mod peer_meta;
 mod read;
 mod stop;
 mod version_log;
@@ -41,6 +42,7 @@ pub use error::NodeError;
 pub use fetch::Upstream;
 pub use handback::{HandbackError, Handed, Taken};
 pub use peer::{only_if_cached, Peers};
+pub use peer_meta::PeerClients;
 pub use read::{BlockStream, SyncStream};
 
 use crate::fanout::Fanout;
@@ -157,6 +159,11 @@ impl Node {
         self.rules.policy(bucket, key)
     }
 
+    /// The runner-ups this node asks before the origin, if it knows its cluster.
+    pub fn peers(&self) -> Option<&Peers> {
+        self.source.peers.as_ref()
+    }
+
     fn block_key(bucket: &str, key: &str, etag: &str, index: u64, bs: u64) -> BlockKey {
         BlockKey::new(bucket, key, etag, bs, index)
     }
@@ -240,8 +247,11 @@ impl Node {
         if known.is_some() {
             crate::access::trace::revalidated();
         }
-        self.metrics
-            .origin_request(if forward { "cluster_head" } else { "head" });
+        // The origin's HEAD is counted where it is asked: a runner-up may
+        // answer first.
+        if forward {
+            self.metrics.origin_request("cluster_head");
+        }
         let asked = match (forward, reading) {
             (false, _) => Asked::Origin,
             (true, true) => Asked::OwnerBlock,
@@ -325,11 +335,16 @@ impl Node {
     /// The latest version of an object, if known recently enough to answer `via`
     /// without asking the origin.
     pub fn known_for(&self, bucket: &str, key: &str, via: Via) -> Option<ObjectMeta> {
+        self.known_aged(bucket, key, via).map(|(meta, _)| meta)
+    }
+
+    /// [`Self::known_for`], with how long ago the origin confirmed it.
+    pub fn known_aged(&self, bucket: &str, key: &str, via: Via) -> Option<(ObjectMeta, Duration)> {
         match self
             .versions
             .fresh(bucket, key, self.policy(bucket, key).ttl)
         {
-            Fresh::Known(meta, age) if age < self.trusted(via) => Some(meta),
+            Fresh::Known(meta, age) if age < self.trusted(via) => Some((meta, age)),
             _ => None,
         }
     }

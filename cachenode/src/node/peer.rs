@@ -44,6 +44,8 @@ pub struct Peers {
     pub timeout: Duration,
     /// Longest the answer's body may pause once it started.
     pub stall: Duration,
+    /// Clients of the other nodes for listings and HEADs ([`super::peer_meta`]).
+    pub clients: super::peer_meta::PeerClients,
 }
 
 impl Peers {

@@ -58,7 +58,9 @@ pub(super) enum Fresh {
 
 pub(super) struct Versions {
     metas: Mutex<HashMap<(String, String), Known>>,
-    questions: Flights<Question, ObjectMeta, NodeError>,
+    /// Questions in flight, answered with the version and how long ago the
+    /// origin confirmed it (zero but for a runner-up's copy).
+    questions: Flights<Question, (ObjectMeta, Duration), NodeError>,
     pub revalidate_after: Duration,
     max_age: Duration,
     /// Beside the disk tier: what was known survives a restart with the blocks.
@@ -131,11 +133,18 @@ impl Versions {
 
     /// Notes that the origin (or an owner) confirmed `meta` just now.
     pub fn remember(&self, bucket: &str, key: &str, meta: &ObjectMeta) {
+        self.remember_aged(bucket, key, meta, Duration::ZERO);
+    }
+
+    /// Notes that the origin confirmed `meta` `age` ago (a runner-up's copy):
+    /// it is revalidated that much sooner.
+    fn remember_aged(&self, bucket: &str, key: &str, meta: &ObjectMeta, age: Duration) {
         let mut metas = self.metas.lock().unwrap();
         if metas.len() >= META_ENTRIES {
             metas.clear();
         }
         let now = Instant::now();
+        let now = now.checked_sub(age).unwrap_or(now);
         let id = (bucket.to_owned(), key.to_owned());
         let since = match metas.get(&id) {
             Some(k) if k.meta.etag == meta.etag => k.since,
@@ -178,6 +187,9 @@ impl Versions {
         );
         let question = (b.clone(), k.clone(), m.clone(), asked);
         let source = source.clone();
+        // What the asker would take from this node's own memory, it takes from
+        // the runner-up's.
+        let trusted = self.revalidate_after.max(via.accept.unwrap_or_default());
         let ask =
             async move {
                 match (asked, &source.upstream) {
@@ -191,19 +203,33 @@ impl Versions {
                         if let Some(owner) = seen.first() {
                             crate::access::trace::upstream(owner);
                         }
-                        Ok(h?.meta().clone())
+                        Ok((h?.meta().clone(), Duration::ZERO))
                     }
-                    (Asked::OwnerHead, Some(up)) => Ok(up
-                        .reader
-                        .head_forwarded(&b, &k, m.as_deref(), via.hop)
-                        .await?),
-                    _ => source.head(&b, &k, m).await,
+                    (Asked::OwnerHead, Some(up)) => Ok((
+                        up.reader
+                            .head_forwarded(&b, &k, m.as_deref(), via.hop)
+                            .await?,
+                        Duration::ZERO,
+                    )),
+                    _ => {
+                        // An object whose block 0 moved here: its previous
+                        // owner may know the version.
+                        if let Some(p) = &source.peers {
+                            let taken =
+                                p.head(&b, &k, m.as_deref(), trusted, &source.metrics).await;
+                            if let Some(known) = taken {
+                                return Ok(known);
+                            }
+                        }
+                        source.metrics.origin_request("head");
+                        Ok((source.head(&b, &k, m).await?, Duration::ZERO))
+                    }
                 }
             };
         // The question is its asker's, wherever it runs.
         let ask = crate::access::trace::scope(crate::access::trace::current(), ask);
-        let meta = self.questions.run(question, ask).await.0?;
-        self.remember(bucket, key, &meta);
+        let (meta, age) = self.questions.run(question, ask).await.0?;
+        self.remember_aged(bucket, key, &meta, age);
         Ok(meta)
     }
 

@@ -11,6 +11,7 @@ mod crash;
 mod cut_through;
 mod disk_failures;
 mod fleet;
+mod fleet_listings;
 mod fuzz_corpora;
 mod gateway;
 mod handover;
