@@ -67,6 +67,10 @@ struct Inner {
     end: usize,
     /// The size of the last snapshot: the live state's, then.
     snapshot: usize,
+    /// Bytes of records since the last snapshot that a later record can make
+    /// dead (handles, page versions): an inode's record never dies, so a
+    /// journal grown by inodes alone has nothing a compaction would drop.
+    transient: usize,
     /// An append failed: told once.
     failed: bool,
 }
@@ -93,6 +97,7 @@ impl Journal {
                 start,
                 end,
                 snapshot,
+                transient: 0,
                 failed: false,
             }),
         }
@@ -120,6 +125,7 @@ impl Journal {
             start: r.start,
             end: r.end,
             snapshot: 0,
+            transient: 0,
             failed: false,
         };
         if r.headerless && r.state.is_empty() {
@@ -160,6 +166,7 @@ impl Journal {
         }
         let mut buf = Vec::new();
         let mut res = Ok(());
+        let mut transient = 0;
         for r in rs {
             let at = buf.len();
             frame_into(&mut buf, r);
@@ -170,6 +177,9 @@ impl Journal {
                 )));
                 break;
             }
+            if !matches!(r, Record::Inode { .. }) {
+                transient += buf.len() - at;
+            }
         }
         let mut j = self.inner.lock().unwrap();
         let res = res.and_then(|()| j.write_at_end(&buf));
@@ -179,7 +189,12 @@ impl Journal {
             }
             return;
         }
-        if j.end - j.start > 2 * j.snapshot + SLACK {
+        j.transient += transient;
+        // Compacted once at least half of what it holds may be dead: each
+        // compaction is paid for by as many bytes of such records, and the
+        // journal stays within twice its live state (plus the slack).
+        let live = j.end - j.start;
+        if live > 2 * j.snapshot + SLACK && j.transient > live / 2 {
             if let Err(e) = j.compact_live() {
                 tracing::warn!("cannot compact the mount's journal ({e}); it grows until it can");
             }
@@ -266,6 +281,7 @@ impl Inner {
             (self.start, self.end) = (HEADER_LEN, HEADER_LEN + snap.len());
         }
         self.snapshot = snap.len();
+        self.transient = 0;
         Ok(())
     }
 }

@@ -378,3 +378,35 @@ fn a_journal_from_before_headers_is_taken_over_and_given_one() {
         Some(AGREED)
     );
 }
+
+#[test]
+fn a_journal_grown_by_inodes_alone_is_not_compacted() {
+    // A walk's listings name 20,000 new inodes, 100 a page: nothing in them
+    // can die, so no compaction (a replay of everything) is worth its cost.
+    let j = Journal::create().unwrap();
+    let mut written = HEADER_LEN;
+    for page in 0..200u64 {
+        let rs: Vec<Record> = (0..100)
+            .map(|i| Record::Inode {
+                ino: 2 + page * 100 + i,
+                dir: page == 0 && i == 0,
+                path: format!("dir-{page:04}/file-{i:05}.dat"),
+            })
+            .collect();
+        written += rs.iter().map(|r| frame(r).len()).sum::<usize>();
+        j.append_all(&rs);
+    }
+    let bytes = j.bytes().unwrap();
+    assert_eq!(bytes.len(), written, "records appended, never rewritten");
+    assert_eq!(replay(&bytes).unwrap().state.inodes.len(), 20_000);
+    // Handles opened and closed past that still are compacted away.
+    for fh in 1..20_000u64 {
+        j.append(&Record::Dir { fh, ino: 2 });
+        j.append(&Record::Closed { fh });
+    }
+    let after = j.bytes().unwrap();
+    assert!(after.len() < 2 * written + SLACK, "{} bytes", after.len());
+    let s = replay(&after).unwrap().state;
+    assert_eq!(s.inodes.len(), 20_000);
+    assert!(s.dirs.is_empty());
+}
