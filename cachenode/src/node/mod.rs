@@ -405,8 +405,15 @@ impl Node {
 
     /// Brings the tier gauges and counters up to date (called before each scrape).
     pub fn refresh_gauges(&self) {
-        if let Some(u) = &self.source.upstream {
-            u.reader.refresh_gauges();
+        // The cluster reader (strong mode's upstream, or the peers a miss asks
+        // first: the same reader) reports the membership this node routes by.
+        if let Some(r) = self.source.upstream.as_ref().map(|u| &u.reader).or(self
+            .source
+            .peers
+            .as_ref()
+            .map(|p| &p.reader))
+        {
+            r.refresh_gauges();
         }
         self.metrics.tiers(
             &self.tiers.ram_stats(),

@@ -480,8 +480,27 @@ impl DnsFleet {
         self.nodes.push(Some(NodeProcess::spawn(&self.config(i))));
         let (ip, name) = (self.ip(i), self.name.clone());
         self.hosts.add(&ip, &name);
-        // Every node and reader refreshes the name twice a second.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        self.members(self.nodes.len()).await;
+    }
+
+    /// Waits until every running node routes by `n` members (its
+    /// `shoal_client_nodes`; each refreshes the name twice a second).
+    async fn members(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for node in self.nodes.iter().flatten() {
+            loop {
+                let seen = metric(&scrape(&node.addr).await, "shoal_client_nodes");
+                if seen == n as f64 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} routes by {seen} nodes, not {n}",
+                    node.addr
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 
     /// SIGTERM, and the exit waited for.
@@ -558,6 +577,7 @@ impl DnsFleet {
 /// Readers reading 4 MiB pieces of the objects in turn until stopped, every
 /// byte checked: how many reads they made and how many failed.
 struct Readers {
+    clients: Vec<std::sync::Arc<ClusterReader>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
     failed: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -567,7 +587,8 @@ struct Readers {
 impl Readers {
     fn start(fleet: &DnsFleet, n: usize) -> Readers {
         use std::sync::atomic::Ordering::Relaxed;
-        let r = Readers {
+        let mut r = Readers {
+            clients: Vec::new(),
             stop: Default::default(),
             reads: Default::default(),
             failed: Default::default(),
@@ -577,9 +598,13 @@ impl Readers {
         for t in 0..n {
             // No RAM of their own: every read goes to the nodes.
             let reader = fleet.reader(0);
+            r.clients.push(reader.clone());
             let bodies = fleet.bodies.clone();
             let (stop, reads, failed) = (r.stop.clone(), r.reads.clone(), r.failed.clone());
             tasks.push(tokio::spawn(async move {
+                // Reads start once the nodes are known: none goes to the
+                // origin for want of a node.
+                reader.router().membership().refresh().await.unwrap();
                 let piece = 4 * MIB;
                 let mut i = t as u64;
                 while !stop.load(Relaxed) {
@@ -621,6 +646,31 @@ impl Readers {
         }
     }
 
+    /// Waits until no reader has node `id` marked down: they ask it again.
+    async fn up(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let down = self.clients.iter().any(|c| {
+                let r = c.router();
+                r.nodes().iter().any(|n| n.id() == id && r.is_down(n))
+            });
+            if !down {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{id} stays marked down");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Times any reader marked a node down (a connection it could not make).
+    fn marked_down(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.clients
+            .iter()
+            .map(|c| c.router().counters.marked_down.load(Relaxed))
+            .sum()
+    }
+
     async fn finish(self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         self.stop.store(true, Relaxed);
@@ -651,7 +701,7 @@ async fn nodes_stopped_and_started_in_turn_cost_the_origin_only_while_away() {
         let away = fleet.origin_bytes();
         let took = fleet.start(i);
         // The readers try it again once their down mark (1 s) is over.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        readers.up(&fleet.id(i)).await;
         fleet.reset();
         readers.progress(16).await;
         let back = fleet.origin_bytes();
@@ -697,6 +747,90 @@ async fn nodes_stopped_and_started_in_turn_cost_the_origin_only_while_away() {
         ratio <= 0.02,
         "a join after restarts cost the origins {ratio:.3}x: restarted owners answered {misses} asks 504"
     );
+}
+
+/// A node process a reload started (not this test's child): killed at the end.
+struct Reloaded(u32);
+
+impl Drop for Reloaded {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+impl DnsFleet {
+    /// `systemctl reload` of node `i` (SIGHUP to the process serving now), and
+    /// the old process's exit waited for: the pid of the one that took over.
+    async fn reload(&mut self, i: usize, pid: u32) -> u32 {
+        let n = self.nodes[i].as_mut().expect("running");
+        let handed = n.log_lines("handed over to pid").len();
+        signal(pid, "-HUP");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            // The new process writes to the same log: its successor's line is
+            // the next "handed over" one.
+            let lines = n.log_lines("handed over to pid");
+            let gone = std::fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty());
+            if lines.len() > handed && gone {
+                let line = &lines[handed];
+                return line
+                    .split("handed over to pid ")
+                    .nth(1)
+                    .and_then(|r| r.split(';').next())
+                    .and_then(|p| p.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("{line}"));
+            }
+            assert!(Instant::now() < deadline, "node {i} did not hand over");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_reloaded_in_turn_under_readers_refuse_nothing_and_cost_the_origin_nothing() {
+    let Some(mut fleet) = DnsFleet::new(3, 30, 400).await else {
+        return;
+    };
+    fleet.read_all().await;
+    let total = fleet.total();
+    assert!(fleet.origin_bytes() >= total);
+    fleet.reset();
+    let readers = Readers::start(&fleet, 2);
+    readers.progress(8).await;
+    let mut guards = Vec::new();
+    for i in 0..3 {
+        let before = readers.reads.load(std::sync::atomic::Ordering::Relaxed);
+        let pid = fleet.nodes[i].as_ref().unwrap().pid();
+        let t = Instant::now();
+        let next = fleet.reload(i, pid).await;
+        guards.push(Reloaded(next));
+        eprintln!(
+            "node {i}: pid {pid} handed over to {next} in {:?}; readers made {} reads meanwhile",
+            t.elapsed(),
+            readers.reads.load(std::sync::atomic::Ordering::Relaxed) - before
+        );
+        // The new process serves: the readers read on through it.
+        readers.progress(16).await;
+    }
+    let marked = readers.marked_down();
+    let (reads, failed) = readers.finish().await;
+    let during = fleet.origin_bytes();
+    fleet.read_all().await;
+    let after = fleet.origin_bytes() - during;
+    let ratio = during as f64 / total as f64;
+    eprintln!(
+        "reloaded in turn: {reads} reads, {failed} failed, {marked} connections failed (nodes marked down); origin bytes {during} during ({ratio:.3}x), {after} for all read again"
+    );
+    assert_eq!(failed, 0, "reads failed while nodes reloaded");
+    assert_eq!(marked, 0, "a reader could not connect to a reloading node");
+    assert!(
+        ratio <= 0.02,
+        "reloads cost the origins {ratio:.3}x the data"
+    );
+    assert_eq!(after, 0, "a reloaded node fetched again what it held");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,7 +884,7 @@ async fn a_drained_node_hands_its_blocks_back_before_it_goes() {
     // Removed from DNS, then stopped.
     let ip = fleet.ip(leaving);
     fleet.hosts.remove(&ip);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    fleet.members(2).await;
     fleet.stop(leaving);
     fleet.read_all().await;
     let again = fleet.origin_bytes();
