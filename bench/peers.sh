@@ -7,7 +7,11 @@
 #
 # Knobs: SIZE_MB (1024), LATENCY_MS (20), BW (100000000 bytes/s per connection),
 # MOUNT_S3 (path of a mountpoint-s3 build; default ../shared/peers/mount-s3),
-# SMALL_FILES (1000, of 16 KiB), READERS (8, for the origin-cost run).
+# SMALL_FILES (1000, of 16 KiB), READERS (8, for the origin-cost run),
+# BASELINE_REV (a git revision: its shoal-mount, built once into
+# target/baseline-REV, reads fresh objects cold and then warm beside this one's
+# on the same nodes, three rounds in turns, best of each; BASELINE_ONLY=1 stops
+# after that comparison).
 #
 # Pinned as if the nodes were other hosts: the origin and the nodes on core
 # $SERVICE_CPUS (0), every FUSE daemon and its reader on $READER_CPUS (1); each
@@ -37,12 +41,40 @@ build
 have_ms3=0; [ -x "$MOUNT_S3" ] && have_ms3=1
 steady_memory
 FB_FILES=${FB_FILES:-7}
+BASELINE_REV=${BASELINE_REV:-}
+BASELINE_ONLY=${BASELINE_ONLY:-0}
+ROUNDS=3
+# build_baseline REV: the shoal-mount of REV, built from its own tree with a
+# target dir of its own (kept between runs); prints the binary's path.
+build_baseline() {
+  local rev dir
+  rev=$(git -C "$root" rev-parse --short=12 "$1^{commit}")
+  dir="$root/target/baseline-$rev"
+  if [ ! -x "$dir/target/release/shoal-mount" ]; then
+    echo "building shoal-mount at $rev (once, into $dir)" >&2
+    rm -rf "$dir/src"; mkdir -p "$dir/src"
+    git -C "$root" archive "$rev" | tar -x -C "$dir/src"
+    (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --release --quiet -p shoal-mount) >&2
+  fi
+  echo "$dir/target/release/shoal-mount"
+}
+base_bin=""
+if [ -n "$BASELINE_REV" ]; then base_bin=$(build_baseline "$BASELINE_REV"); fi
 
 echo "seeding: ${SIZE_MB} MiB objects, $SMALL_FILES files of 16 KiB" >&2
 mkdir -p "$work/seed/small"
 # shoal's object, one for the origin-cost run, one for random reads, and one the
 # peers share (each keeps its own cache of it; none of them uses the nodes).
-for o in obj many rand peer disk; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$o.bin"; done
+# (The before/after comparison alone needs none of them.)
+if [ "$BASELINE_ONLY" != 1 ]; then
+  for o in obj many rand peer disk; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$o.bin"; done
+fi
+# Before/after: each side reads objects of its own, a fresh one cold each round.
+if [ -n "$base_bin" ]; then
+  for i in $(seq "$ROUNDS"); do
+    for side in base new; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$side$i.bin"; done
+  done
+fi
 # Files nobody reads before their first byte is timed.
 for i in $(seq "$FB_FILES"); do head -c 8M /dev/urandom >"$work/seed/fb$i.bin"; done
 head -c $((SMALL_FILES * 16384)) /dev/urandom | split -b 16384 -a 4 -d - "$work/seed/small/f"
@@ -61,6 +93,47 @@ ring_pid=$!; pids+=($!); mounts+=("$work/nullring"); wait_mounted "$work/nullrin
 S=$work/shoal
 # The process that serves the mount (its keeper only holds the connection).
 mount_pid=$("$bin/shoal-mount" --status "$S" | python3 -c 'import json, sys; print(json.load(sys.stdin)["server"])')
+
+# Before/after: this shoal-mount against BASELINE_REV's on the same nodes, each
+# reading its own objects: cold (a fresh object each round, nodes cold for it),
+# then warm from the nodes (page cache dropped). Rounds alternate which side
+# goes first; each side's best round counts (noise only slows a read).
+if [ -n "$base_bin" ]; then
+  mkdir -p "$work/base"
+  pin "$base_bin" --config "$work/cluster.toml" --log-file "$work/base.log" bench "$work/base"
+  mounts+=("$work/base")
+  base_pid=$("$base_bin" --status "$work/base" | python3 -c 'import json, sys; print(json.load(sys.stdin)["server"])')
+  declare -A ba_cold ba_warm ba_cold_cpu ba_warm_cpu
+  # side_read SIDE ROUND: one cold and one warm read; appends to the tables.
+  side_read() {
+    local side=$1 i=$2 dir pid t0 t1 t2 c w
+    if [ "$side" = base ]; then dir=$work/base; pid=$base_pid; else dir=$S; pid=$mount_pid; fi
+    drop_cache
+    t0=$(cpu_ticks "$pid"); c=$(dd_rate "$dir/$side$i.bin"); t1=$(cpu_ticks "$pid")
+    drop_cache; w=$(dd_rate "$dir/$side$i.bin"); t2=$(cpu_ticks "$pid")
+    ba_cold[$side]+="$c "; ba_warm[$side]+="$w "
+    ba_cold_cpu[$side]+="$(ms_per_gib $((t1 - t0)) "$((SIZE_MB << 20))") "
+    ba_warm_cpu[$side]+="$(ms_per_gib $((t2 - t1)) "$((SIZE_MB << 20))") "
+  }
+  for i in $(seq "$ROUNDS"); do
+    if [ $((i % 2)) = 1 ]; then side_read base "$i"; side_read new "$i"; else side_read new "$i"; side_read base "$i"; fi
+  done
+  best() { printf '%s\n' $1 | sort -g | tail -1; }
+  echo "before/after: ${SIZE_MB} MiB sequential (dd bs=1M) through the same 3 nodes, $ROUNDS rounds in turns, best of each"
+  printf '%-34s %10s %10s %14s %14s   %s\n' "shoal-mount" "cold MB/s" "warm MB/s" "cold ms/GiB" "warm ms/GiB" "every round: cold; warm"
+  for side in base new; do
+    label=$([ "$side" = base ] && echo "at $BASELINE_REV" || echo "this tree")
+    printf '%-34s %10s %10s %14s %14s   %s; %s\n' "$label" "$(best "${ba_cold[$side]}")" "$(best "${ba_warm[$side]}")" \
+      "$(median ${ba_cold_cpu[$side]})" "$(median ${ba_warm_cpu[$side]})" "${ba_cold[$side]}" "${ba_warm[$side]}"
+  done
+  printf '%-60s %10s %10s\n' "ratio" "value" "target"
+  printf '%-60s %10s %10s\n' "sequential cold, best of $ROUNDS: this tree / $BASELINE_REV" \
+    "$(ratio "$(best "${ba_cold[new]}")" "$(best "${ba_cold[base]}")")" ">= 0.9"
+  printf '%-60s %10s %10s\n' "sequential warm, best of $ROUNDS: this tree / $BASELINE_REV" \
+    "$(ratio "$(best "${ba_warm[new]}")" "$(best "${ba_warm[base]}")")" ">= 0.9"
+  fusermount3 -u "$work/base" 2>/dev/null || true
+  [ "$BASELINE_ONLY" = 1 ] && exit 0
+fi
 
 # The origin itself: 32 parallel 8 MiB GETs over the whole object, once, by a
 # client on the reader's core (its CPU per GiB: what receiving the bytes costs).
