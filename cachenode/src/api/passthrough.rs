@@ -38,7 +38,7 @@ const PASSED_HEADERS: &[&str] = &[
 
 /// Answer headers that describe one connection or one request, not the answer:
 /// a proxy never copies them.
-const OWN_HEADERS: &[&str] = &[
+pub(crate) const OWN_HEADERS: &[&str] = &[
     "connection",
     "keep-alive",
     "transfer-encoding",

@@ -26,23 +26,12 @@ use shoal::store::{is_stored_header, unquote_etag, ObjectMeta, StoreError};
 
 use super::peer::{Peers, CACHE_CONTROL, ONLY_IF_CACHED};
 use crate::access::trace::PeerFill;
+use crate::api::passthrough::OWN_HEADERS;
 use crate::metadata_cache::Answer;
 use crate::metrics::Metrics;
 
 /// The most of a listing page taken from a peer (S3 pages are a few hundred KiB).
 const PAGE_LIMIT: usize = 16 << 20;
-
-/// Answer headers that belong to the runner-up's answer, not the origin's.
-const NOT_CARRIED: &[&str] = &[
-    "age",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "date",
-    "server",
-    "x-amz-request-id",
-    "x-amz-id-2",
-];
 
 /// S3 clients of the other nodes for raw asks, made on first use.
 pub struct PeerClients {
@@ -231,7 +220,9 @@ async fn whole(mut got: Forwarded) -> Result<Answer, StoreError> {
         headers: got
             .headers
             .iter()
-            .filter(|(n, _)| !NOT_CARRIED.contains(&n.as_str()))
+            // Its age is the runner-up's to report; the rest of what is the
+            // runner-up's own (not the origin's) a proxy never copies.
+            .filter(|(n, _)| n.as_str() != "age" && !OWN_HEADERS.contains(&n.as_str()))
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect(),
         body: Bytes::from(body),
