@@ -378,7 +378,15 @@ async fn left(
 /// The steps straight to the origin and through a gateway (two owner nodes
 /// behind it), compared. `versioned`: the origin keeps versions.
 pub async fn upload_suite(endpoint: &str, access: &str, secret: &str, versioned: bool) -> usize {
-    let http = reqwest::Client::new();
+    // A fresh connection for every request: a server that answers a step
+    // before reading its whole body (a refused chunked upload) closes the
+    // connection after the answer, and a pooled connection taken by the next
+    // step in that instant fails to send ("error sending request"), which is
+    // not what the steps compare.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let origin = origin_with_bucket(&http, endpoint, access, secret).await;
     if versioned {
         let mut v = req(Method::PUT, "").q("versioning", "");
