@@ -372,3 +372,15 @@ pub fn policy(data: &[u8]) {
         }
     }
 }
+
+/// A packet on the handover link, read as the node reads it (lossy UTF-8): a
+/// message taken writes back as itself and fits one packet.
+pub fn handover_message(data: &[u8]) {
+    use shoal_node::handover::Message;
+    let text = String::from_utf8_lossy(data);
+    if let Ok(m) = Message::parse(&text) {
+        let again = m.to_string();
+        assert!(again.len() < 4096, "{} bytes", again.len());
+        assert_eq!(Message::parse(&again), Ok(m), "{text:?}");
+    }
+}

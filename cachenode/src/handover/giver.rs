@@ -13,7 +13,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot};
 
 use super::link::{Control, Link};
-use super::{format, HandoverError, ENV_FD};
+use super::{format, HandoverError, Message, ENV_FD};
 use crate::server::App;
 
 /// How long a successor may take to check itself and ask to take over.
@@ -172,14 +172,16 @@ async fn settle(app: &App, limit: Duration) {
 
 /// Tells the successor the disk is its own now and waits until it serves.
 async fn release(s: &Successor) -> Result<(), HandoverError> {
-    s.link.send("released", &[])?;
+    s.link.send(&Message::Released.to_string(), &[])?;
     let l = s.link.clone();
     let got = tokio::task::spawn_blocking(move || l.recv_within(SERVING_LIMIT))
         .await
         .map_err(|e| HandoverError::Io(std::io::Error::other(e)))??;
     match got {
-        Some((m, _)) if m == "serving" => Ok(()),
-        Some((m, _)) => Err(HandoverError::Protocol(m)),
+        Some((m, _)) => match Message::parse(&m)? {
+            Message::Serving => Ok(()),
+            _ => Err(HandoverError::Protocol(m)),
+        },
         None => Err(HandoverError::Gone),
     }
 }
@@ -294,35 +296,33 @@ async fn offer(
         .map_err(|e| HandoverError::Io(std::io::Error::other(e)))??
         .ok_or(HandoverError::Gone)?
         .0;
-    let words: Vec<&str> = hello.split(' ').collect();
-    let ["hello", pid, version, theirs] = words[..] else {
+    let Message::Hello {
+        pid,
+        version,
+        format: theirs,
+    } = Message::parse(&hello)?
+    else {
         return Err(HandoverError::Protocol(hello));
     };
-    let pid: u32 = pid
-        .parse()
-        .map_err(|_| HandoverError::Protocol(hello.clone()))?;
     tracing::info!("shoal-node {version} (pid {pid}, disk tier format {theirs}) asks to take over");
     let mut fds = vec![http.as_raw_fd()];
     fds.extend(control.map(|c| c.raw()));
-    link.send(
-        &format!(
-            "offer {} {} {} {}",
-            std::process::id(),
-            env!("CARGO_PKG_VERSION"),
-            format::disk_format(),
-            control.is_some() as u8
-        ),
-        &fds,
-    )?;
+    let offer = Message::Offer {
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        format: format::disk_format(),
+        control: control.is_some(),
+    };
+    link.send(&offer.to_string(), &fds)?;
     let l = link.clone();
     let answer = tokio::task::spawn_blocking(move || l.recv_within(TAKE_LIMIT))
         .await
         .map_err(|e| HandoverError::Io(std::io::Error::other(e)))??;
     match answer {
-        Some((m, _)) if m == "take" => Ok(pid),
-        Some((m, _)) => match m.strip_prefix("refuse ") {
-            Some(why) => Err(HandoverError::TheyRefused(pid, why.to_owned())),
-            None => Err(HandoverError::Protocol(m)),
+        Some((m, _)) => match Message::parse(&m)? {
+            Message::Take => Ok(pid),
+            Message::Refuse(why) => Err(HandoverError::TheyRefused(pid, why)),
+            _ => Err(HandoverError::Protocol(m)),
         },
         None => Err(HandoverError::Gone),
     }

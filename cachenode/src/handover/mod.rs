@@ -26,6 +26,7 @@
 pub mod format;
 mod giver;
 pub mod link;
+pub mod message;
 mod taker;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 pub use giver::{serve, Ended, Restart};
 pub use link::{Control, Link};
+pub use message::{Malformed, Message};
 pub use taker::{take, Taken};
 
 /// The successor's end of the socket pair, by descriptor number.
@@ -53,6 +55,8 @@ fn set_draining(on: bool) {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandoverError {
+    #[error("handover: {0}")]
+    Malformed(#[from] Malformed),
     #[error("--upgrade needs the running node's control socket: give --control, or a config with a disk tier (the socket is named for its data_dir)")]
     NoControl,
     #[error("cannot reach the running node at {}: {e}", path.display())]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::link::{Control, Link};
-use super::{format, HandoverError};
+use super::{format, HandoverError, Message};
 
 /// How long the old node has to answer the hello.
 const OFFER_LIMIT: Duration = Duration::from_secs(30);
@@ -28,7 +28,7 @@ pub struct Taken {
 impl Taken {
     /// Tells the old node this one serves: it exits.
     pub fn serving(&self) {
-        if let Err(e) = self.link.send("serving", &[]) {
+        if let Err(e) = self.link.send(&Message::Serving.to_string(), &[]) {
             tracing::warn!(
                 "cannot tell the old node (pid {}) this one serves: {e}",
                 self.from
@@ -58,28 +58,20 @@ pub async fn take(
     prepared: impl Future<Output = Result<(), String>>,
 ) -> Result<Taken, HandoverError> {
     let link = Arc::new(link);
-    link.send(
-        &format!(
-            "hello {} {} {}",
-            std::process::id(),
-            env!("CARGO_PKG_VERSION"),
-            format::disk_format()
-        ),
-        &[],
-    )?;
-    let (offer, mut fds) = recv(&link, OFFER_LIMIT).await?;
-    // offer PID VERSION FORMAT CONTROL
-    let words: Vec<&str> = offer.split(' ').collect();
-    let (from, version, theirs, has_control) = match words[..] {
-        ["offer", pid, version, format, control] => (
-            pid.parse::<u32>().ok(),
-            version,
-            format.parse::<u32>().ok(),
-            control == "1",
-        ),
-        _ => (None, "", None, false),
+    let hello = Message::Hello {
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        format: format::disk_format(),
     };
-    let (Some(from), Some(theirs)) = (from, theirs) else {
+    link.send(&hello.to_string(), &[])?;
+    let (offer, mut fds) = recv(&link, OFFER_LIMIT).await?;
+    let Message::Offer {
+        pid: from,
+        version,
+        format: theirs,
+        control: has_control,
+    } = Message::parse(&offer)?
+    else {
         return Err(HandoverError::Protocol(offer));
     };
     if fds.len() != 1 + has_control as usize {
@@ -97,16 +89,16 @@ pub async fn take(
         },
     };
     if let Err(why) = checked {
-        let _ = link.send(&format!("refuse {why}"), &[]);
+        let _ = link.send(&Message::Refuse(why.clone()).to_string(), &[]);
         return Err(HandoverError::Refused(why));
     }
     let control = if has_control { fds.pop() } else { None };
     let listener = std::net::TcpListener::from(fds.pop().expect("counted above"));
     listener.set_nonblocking(true)?;
-    link.send("take", &[])?;
-    match recv(&link, RELEASE_LIMIT).await?.0.as_str() {
-        "released" => {}
-        other => return Err(HandoverError::Protocol(other.to_owned())),
+    link.send(&Message::Take.to_string(), &[])?;
+    let (said, _) = recv(&link, RELEASE_LIMIT).await?;
+    if Message::parse(&said)? != Message::Released {
+        return Err(HandoverError::Protocol(said));
     }
     let control = match (control, control_path) {
         (Some(fd), Some(path)) => Some(Control::from_fd(path, fd)),

@@ -19,17 +19,30 @@ const KEYS: [&str; 2] = ["fleet/a.bin", "fleet/b.bin"];
 /// A node of the fleet: its own origin, a disk tier, an access log, the
 /// cluster `nodes`.
 fn fleet_node(dir: &Path, i: usize, origin: &Origin, listen: &str, nodes: &[&str]) -> NodeProcess {
+    let cache = format!(
+        "ram_size = \"256MiB\"\ndisk_size = \"256MiB\"\ndata_dir = \"{}\"",
+        dir.join(format!("disk{i}")).display()
+    );
+    node_of_fleet(dir, i, origin, listen, nodes, &cache)
+}
+
+/// A node of a fleet found at `listen`, with its own origin, an access log,
+/// the cluster `nodes` and `cache` (the lines of its `[cache]` section).
+pub fn node_of_fleet(
+    dir: &Path,
+    i: usize,
+    origin: &Origin,
+    listen: &str,
+    nodes: &[&str],
+    cache: &str,
+) -> NodeProcess {
     let toml = node_toml(
         origin,
         &format!(
             "peer_fill_timeout = \"150ms\"\naccess_log = \"{}\"",
             dir.join(format!("access{i}.log")).display()
         ),
-        &format!(
-            "[cache]\nram_size = \"256MiB\"\ndisk_size = \"256MiB\"\ndata_dir = \"{}\"\n{}",
-            dir.join(format!("disk{i}")).display(),
-            cluster_toml(nodes, "")
-        ),
+        &format!("[cache]\n{cache}\n{}", cluster_toml(nodes, "")),
     )
     .replace(
         "listen = \"127.0.0.1:0\"",
@@ -38,22 +51,32 @@ fn fleet_node(dir: &Path, i: usize, origin: &Origin, listen: &str, nodes: &[&str
     NodeProcess::start(dir, &format!("n{i}"), &toml)
 }
 
-/// Every object read whole through a fresh reader of the cluster `nodes` (its
-/// origin `fallback`, counted like the nodes'), each byte checked.
-async fn read_through(fallback: &Origin, nodes: &[&str], bodies: &[Bytes]) {
+/// A reader of the cluster `nodes` with `ram_bytes` of its own, falling back
+/// to `fallback` (counted like the nodes' origins).
+pub fn fleet_reader(
+    fallback: &Origin,
+    nodes: &[&str],
+    ram_bytes: u64,
+) -> std::sync::Arc<ClusterReader> {
     let cfg = parse(&format!(
         "{}{}",
         origin_toml(fallback),
         cluster_toml(nodes, "")
     ));
-    let reader = ClusterReader::new(
+    ClusterReader::new(
         origin_client(fallback),
         cfg.cluster(),
         ReaderOptions {
-            ram_bytes: 64 << 20,
+            ram_bytes,
             ..Default::default()
         },
-    );
+    )
+}
+
+/// Every object read whole through a fresh reader of the cluster `nodes` (its
+/// origin `fallback`, counted like the nodes'), each byte checked.
+async fn read_through(fallback: &Origin, nodes: &[&str], bodies: &[Bytes]) {
+    let reader = fleet_reader(fallback, nodes, 64 << 20);
     for (key, body) in KEYS.iter().zip(bodies) {
         let h = reader.open(BUCKET, key, None).await.unwrap();
         let got = h.read(0, body.len() as u64).await.unwrap();

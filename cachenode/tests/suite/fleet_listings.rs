@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use http::Method;
-use shoal::cluster::{ClusterReader, ReaderOptions};
 use shoal::store::{GetObject, ListEntry, ListPage, ListRequest, ObjectMeta, ObjectStore};
 
 use crate::common::*;
@@ -25,22 +24,8 @@ const ACCEPT: Duration = Duration::from_secs(120);
 
 /// A fleet node: its own origin, the cluster `nodes`, an access log.
 fn node(dir: &Path, i: usize, origin: &Origin, listen: &str, nodes: &[&str]) -> NodeProcess {
-    let toml = node_toml(
-        origin,
-        &format!(
-            "peer_fill_timeout = \"150ms\"\naccess_log = \"{}\"",
-            dir.join(format!("access{i}.log")).display()
-        ),
-        &format!(
-            "[cache]\nram_size = \"64MiB\"\nmetadata_ttl = \"10m\"\n{}",
-            cluster_toml(nodes, "")
-        ),
-    )
-    .replace(
-        "listen = \"127.0.0.1:0\"",
-        &format!("listen = \"{listen}\""),
-    );
-    NodeProcess::start(dir, &format!("n{i}"), &toml)
+    let cache = "ram_size = \"64MiB\"\nmetadata_ttl = \"10m\"";
+    crate::fleet::node_of_fleet(dir, i, origin, listen, nodes, cache)
 }
 
 fn keys() -> Vec<String> {
@@ -58,19 +43,7 @@ struct Seen {
 }
 
 async fn read_through(fallback: &Origin, nodes: &[&str]) -> Seen {
-    let cfg = parse(&format!(
-        "{}{}",
-        origin_toml(fallback),
-        cluster_toml(nodes, "")
-    ));
-    let reader = ClusterReader::new(
-        origin_client(fallback),
-        cfg.cluster(),
-        ReaderOptions {
-            ram_bytes: 8 << 20,
-            ..Default::default()
-        },
-    );
+    let reader = crate::fleet::fleet_reader(fallback, nodes, 8 << 20);
     let store = reader.metadata(ACCEPT);
     let mut pages = Vec::new();
     let mut asks: Vec<(String, Option<String>)> =

@@ -57,3 +57,8 @@ fn http_head() {
 fn chunked() {
     replay("chunked", entries::http1::chunked);
 }
+
+#[test]
+fn handover_message() {
+    replay("handover_message", entries::handover_message);
+}
