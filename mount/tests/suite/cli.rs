@@ -128,8 +128,10 @@ async fn bad_use_is_refused_clearly() {
     assert_ne!(code, 0);
     assert!(err.contains("busy"), "{err}");
     unmount(&mnt);
-    // The daemon notices the unmount and exits on its own.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // The daemon notices the unmount and exits on its own (its keeper kills a
+    // server that has not exited 3 s after it; the bound is wide for a machine
+    // loaded by the rest of the suite, where one run took longer than 10 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while Command::new("pgrep")
         .args(["-f", &format!("shoal-mount --config {c}")])
         .output()
@@ -137,10 +139,15 @@ async fn bad_use_is_refused_clearly() {
         .status
         .success()
     {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "daemon still running after unmount"
-        );
+        if std::time::Instant::now() > deadline {
+            let ps = Command::new("ps")
+                .args(["-eo", "pid,ppid,stat,etime,args"])
+                .output()
+                .unwrap();
+            let ps = String::from_utf8_lossy(&ps.stdout);
+            let left: Vec<&str> = ps.lines().filter(|l| l.contains(c)).collect();
+            panic!("daemon still running 30 s after unmount: {left:#?}");
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
