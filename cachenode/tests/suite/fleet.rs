@@ -51,18 +51,14 @@ pub fn node_of_fleet(
     NodeProcess::start(dir, &format!("n{i}"), &toml)
 }
 
-/// A reader of the cluster `nodes` with `ram_bytes` of its own, falling back
-/// to `fallback` (counted like the nodes' origins).
+/// A reader of the cluster `cluster` (its config section) with `ram_bytes` of
+/// its own, falling back to `fallback` (counted like the nodes' origins).
 pub fn fleet_reader(
     fallback: &Origin,
-    nodes: &[&str],
+    cluster: &str,
     ram_bytes: u64,
 ) -> std::sync::Arc<ClusterReader> {
-    let cfg = parse(&format!(
-        "{}{}",
-        origin_toml(fallback),
-        cluster_toml(nodes, "")
-    ));
+    let cfg = parse(&format!("{}{cluster}", origin_toml(fallback)));
     ClusterReader::new(
         origin_client(fallback),
         cfg.cluster(),
@@ -76,7 +72,7 @@ pub fn fleet_reader(
 /// Every object read whole through a fresh reader of the cluster `nodes` (its
 /// origin `fallback`, counted like the nodes'), each byte checked.
 async fn read_through(fallback: &Origin, nodes: &[&str], bodies: &[Bytes]) {
-    let reader = fleet_reader(fallback, nodes, 64 << 20);
+    let reader = fleet_reader(fallback, &cluster_toml(nodes, ""), 64 << 20);
     for (key, body) in KEYS.iter().zip(bodies) {
         let h = reader.open(BUCKET, key, None).await.unwrap();
         let got = h.read(0, body.len() as u64).await.unwrap();
@@ -561,20 +557,7 @@ impl DnsFleet {
     }
 
     fn reader(&self, ram_bytes: u64) -> std::sync::Arc<ClusterReader> {
-        let cfg = parse(&format!(
-            "{}{}",
-            origin_toml(&self.reader_origin),
-            self.cluster()
-        ));
-        let reader = ClusterReader::new(
-            origin_client(&self.reader_origin),
-            cfg.cluster(),
-            ReaderOptions {
-                ram_bytes,
-                ..Default::default()
-            },
-        );
-        reader
+        fleet_reader(&self.reader_origin, &self.cluster(), ram_bytes)
     }
 
     /// Every object read whole by a fresh reader, each byte checked.
@@ -772,18 +755,6 @@ async fn nodes_stopped_and_started_in_turn_cost_the_origin_only_while_away() {
     );
 }
 
-/// A node process a reload started (not this test's child): killed at the end.
-struct Reloaded(u32);
-
-impl Drop for Reloaded {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &self.0.to_string()])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
-
 impl DnsFleet {
     /// `systemctl reload` of node `i` (SIGHUP to the process serving now), and
     /// the old process's exit waited for: the pid of the one that took over.
@@ -796,8 +767,7 @@ impl DnsFleet {
             // The new process writes to the same log: its successor's line is
             // the next "handed over" one.
             let lines = n.log_lines("handed over to pid");
-            let gone = std::fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty());
-            if lines.len() > handed && gone {
+            if lines.len() > handed && !crate::handover::alive(pid) {
                 let line = &lines[handed];
                 return line
                     .split("handed over to pid ")
@@ -829,7 +799,7 @@ async fn nodes_reloaded_in_turn_under_readers_refuse_nothing_and_cost_the_origin
         let pid = fleet.nodes[i].as_ref().unwrap().pid();
         let t = Instant::now();
         let next = fleet.reload(i, pid).await;
-        guards.push(Reloaded(next));
+        guards.push(crate::handover::Pid(next));
         eprintln!(
             "node {i}: pid {pid} handed over to {next} in {:?}; readers made {} reads meanwhile",
             t.elapsed(),

@@ -43,7 +43,7 @@ struct Seen {
 }
 
 async fn read_through(fallback: &Origin, nodes: &[&str]) -> Seen {
-    let reader = crate::fleet::fleet_reader(fallback, nodes, 8 << 20);
+    let reader = crate::fleet::fleet_reader(fallback, &cluster_toml(nodes, ""), 8 << 20);
     let store = reader.metadata(ACCEPT);
     let mut pages = Vec::new();
     let mut asks: Vec<(String, Option<String>)> =

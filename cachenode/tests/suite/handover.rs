@@ -113,13 +113,13 @@ fn refused(e: &reqwest::Error) -> bool {
     false
 }
 
-fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     // A zombie has no cmdline left to read; a live process has one.
     std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty())
 }
 
 /// Kills a process this test did not start itself (the node a SIGHUP started).
-struct Pid(u32);
+pub struct Pid(pub u32);
 impl Drop for Pid {
     fn drop(&mut self) {
         let _ = std::process::Command::new("kill")
