@@ -16,6 +16,7 @@ pub mod flight;
 pub mod growing;
 pub mod keep;
 mod key;
+pub mod policy;
 pub mod pool;
 pub mod ram;
 pub mod tiers;
@@ -32,7 +33,7 @@ pub use growing::{Filler, Growing, Overflow};
 pub use keep::{keep_on_disk, Kept};
 pub use key::BlockKey;
 pub use pool::{Buffer, BufferPool, PoolStats};
-pub use ram::RamTier;
+pub use ram::{Evicting, RamTier};
 pub use tiers::{Arriving, Block, Fill, Part, Served, Tiers};
 
 /// What a tier did since start, for metrics.

@@ -1,25 +1,62 @@
-//! The RAM tier: sharded LRU, bounded in bytes.
+//! The RAM tier: sharded, bounded in bytes, evicting by a [`policy`].
 //!
 //! Sharding keeps lock hold times short when many readers hit at once. The byte
 //! budget is the whole tier's, not a slice per shard: blocks land in shards by
 //! their hash, unevenly, and shards of equal slices overflowed (a tier of 256
 //! blocks in 16 shards refetched an eighth of a 192-block file read twice). An
-//! insert past the budget evicts the least recently used blocks of its own
-//! shard, which with hashed keys is about the oldest of the whole tier, and of
-//! the others in turn when its own holds nothing else.
+//! insert past the budget evicts its own shard's victims first, which with
+//! hashed keys are about the whole tier's, and the others' in turn when its own
+//! holds nothing else. A shard holds at least [`BLOCKS_PER_SHARD`] blocks'
+//! worth: a policy's queues within a shard of two blocks would order nothing.
+//!
+//! [`policy`]: super::policy
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use lru::LruCache;
 
+use super::policy::{Eviction, PinFn, Pinned, PolicyKind};
 use super::{BlockCache, BlockKey, TierStats};
 
 /// Enough shards that many readers rarely meet on one lock.
 const MAX_SHARDS: u64 = 16;
+/// Blocks a shard is sized for at least (see the module's doc).
+pub const BLOCKS_PER_SHARD: u64 = 64;
 
-type Shard = LruCache<BlockKey, Bytes>;
+type Shard = Box<dyn Eviction<BlockKey, Bytes>>;
+
+/// How a tier gives blocks up: its policy, and what it pins.
+#[derive(Clone, Default)]
+pub struct Evicting {
+    pub policy: PolicyKind,
+    /// Blocks kept out of eviction within `pin_share_per_mille` of the tier.
+    pub pinned: Option<PinFn<BlockKey>>,
+    pub pin_share_per_mille: u64,
+}
+
+impl Evicting {
+    pub fn by(policy: PolicyKind) -> Evicting {
+        Evicting {
+            policy,
+            ..Evicting::default()
+        }
+    }
+
+    /// An empty policy for (a shard of) a tier of `capacity` bytes.
+    pub fn build<V: Send + 'static>(&self, capacity: u64) -> Box<dyn Eviction<BlockKey, V>> {
+        let inner = self.policy.build(capacity);
+        match &self.pinned {
+            Some(pin) => Box::new(Pinned::new(
+                inner,
+                capacity,
+                self.pin_share_per_mille,
+                pin.clone(),
+            )),
+            None => inner,
+        }
+    }
+}
 
 pub struct RamTier {
     shards: Vec<Mutex<Shard>>,
@@ -33,19 +70,19 @@ pub struct RamTier {
 }
 
 impl RamTier {
-    /// A tier of at most `capacity` bytes for blocks of up to `block` bytes: as
-    /// many shards as it holds such blocks, at most 16 (a tier of a few blocks
-    /// has little to spread).
-    pub fn for_blocks(capacity: u64, block: u64) -> RamTier {
-        let shards = (capacity / block.max(1)).clamp(1, MAX_SHARDS);
-        RamTier::new(capacity, shards as usize)
+    /// A tier of at most `capacity` bytes for blocks of up to `block` bytes: a
+    /// shard per [`BLOCKS_PER_SHARD`] such blocks, at most 16.
+    pub fn for_blocks(capacity: u64, block: u64, evicting: &Evicting) -> RamTier {
+        let shards = (capacity / block.max(1) / BLOCKS_PER_SHARD).clamp(1, MAX_SHARDS);
+        RamTier::new(capacity, shards as usize, evicting)
     }
 
     /// A tier of at most `capacity` bytes in `shards` shards (at least one).
-    pub fn new(capacity: u64, shards: usize) -> RamTier {
+    pub fn new(capacity: u64, shards: usize, evicting: &Evicting) -> RamTier {
+        let shards = shards.max(1);
         RamTier {
-            shards: (0..shards.max(1))
-                .map(|_| Mutex::new(LruCache::unbounded()))
+            shards: (0..shards)
+                .map(|_| Mutex::new(evicting.build(capacity / shards as u64)))
                 .collect(),
             capacity,
             used: AtomicU64::new(0),
@@ -69,7 +106,7 @@ impl RamTier {
         if s.len() <= spare {
             return false;
         }
-        let Some((_, v)) = s.pop_lru() else {
+        let Some((_, v)) = s.pop_victim() else {
             return false;
         };
         self.used.fetch_sub(v.len() as u64, Relaxed);
@@ -96,7 +133,7 @@ impl BlockCache for RamTier {
         {
             let mut s = self.shards[home].lock().unwrap();
             self.used.fetch_add(len, Relaxed);
-            if let Some(old) = s.put(key, data) {
+            if let Some(old) = s.insert(key, data, len) {
                 self.used.fetch_sub(old.len() as u64, Relaxed);
             }
             while self.over() && self.evict_from(&mut s, 1) {}
@@ -116,14 +153,15 @@ impl BlockCache for RamTier {
     }
 
     fn forget(&self, key: &BlockKey) {
-        if let Some(v) = self.shards[self.shard_of(key)].lock().unwrap().pop(key) {
+        if let Some(v) = self.shards[self.shard_of(key)].lock().unwrap().remove(key) {
             self.used.fetch_sub(v.len() as u64, Relaxed);
         }
     }
 
     fn held(&self) -> Vec<(BlockKey, Bytes)> {
-        // Shard by shard, newest first; interleaved so the newest of every
-        // shard come before the older ones of any (keys hash evenly).
+        // Shard by shard, what each would keep longest first; interleaved so
+        // the best of every shard come before the rest of any (keys hash
+        // evenly).
         let shards: Vec<Vec<(BlockKey, Bytes)>> = self
             .shards
             .iter()
@@ -150,7 +188,7 @@ impl BlockCache for RamTier {
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in picked {
-                if let Some(v) = s.pop(&k) {
+                if let Some(v) = s.remove(&k) {
                     self.used.fetch_sub(v.len() as u64, Relaxed);
                     removed += 1;
                 }
@@ -176,7 +214,7 @@ mod tests {
 
     #[test]
     fn never_exceeds_its_bound() {
-        let t = RamTier::new(10 * 1024, 4);
+        let t = RamTier::new(10 * 1024, 4, &Evicting::default());
         for i in 0..1000u64 {
             t.insert(
                 BlockKey::new("b", "k", "e", 700, i),
@@ -193,8 +231,9 @@ mod tests {
     #[test]
     fn a_tier_holds_its_whole_budget_however_its_blocks_fall_in_shards() {
         let mb = 1u64 << 20;
-        let t = RamTier::for_blocks(16 * mb, mb);
-        assert_eq!(t.shards.len(), 16);
+        // In least recently used order, so that the newest stays (S3-FIFO
+        // gives up a new block before ones read again).
+        let t = RamTier::new(16 * mb, 16, &Evicting::by(PolicyKind::Lru));
         let key = |i| BlockKey::new("b", "k", "e", mb, i);
         for i in 0..16u64 {
             t.insert(key(i), Bytes::from(vec![0u8; mb as usize]));
@@ -221,7 +260,7 @@ mod tests {
         // Two shards, room for three blocks: three of one shard are all held
         // (not half the budget's worth), and a fourth in the other shard, where
         // it is alone, evicts the oldest of the first.
-        let t = RamTier::new(3 * 100, 2);
+        let t = RamTier::new(3 * 100, 2, &Evicting::default());
         let key = |i| BlockKey::new("b", "k", "e", 100, i);
         let in_shard = |n| -> Vec<u64> {
             (0..)
@@ -244,7 +283,7 @@ mod tests {
 
     #[test]
     fn inserts_from_many_threads_keep_to_the_budget_and_its_count() {
-        let t = std::sync::Arc::new(RamTier::new(10 * 1024, 4));
+        let t = std::sync::Arc::new(RamTier::new(10 * 1024, 4, &Evicting::default()));
         let threads: Vec<_> = (0..4u64)
             .map(|n| {
                 let t = t.clone();
@@ -271,7 +310,7 @@ mod tests {
     #[test]
     fn a_small_tier_still_holds_its_blocks() {
         // 4 MiB of 1 MiB blocks: 16 shards of 256 KiB would hold none.
-        let t = RamTier::for_blocks(4 << 20, 1 << 20);
+        let t = RamTier::for_blocks(4 << 20, 1 << 20, &Evicting::default());
         for i in 0..6u64 {
             t.insert(
                 BlockKey::new("b", "k", "e", 1 << 20, i),
@@ -285,7 +324,7 @@ mod tests {
 
     #[test]
     fn removes_by_object_and_prefix() {
-        let t = RamTier::new(1 << 20, 2);
+        let t = RamTier::new(1 << 20, 2, &Evicting::default());
         for k in ["a/x", "a/y", "b/z"] {
             t.insert(BlockKey::new("b", k, "e1", 1, 0), Bytes::from_static(b"1"));
             t.insert(BlockKey::new("b", k, "e2", 1, 1), Bytes::from_static(b"2"));

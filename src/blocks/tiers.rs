@@ -24,7 +24,7 @@ use bytes::Bytes;
 use super::flight::FlightError;
 use super::growing::{Filler, Growing};
 use super::pool::{BufferPool, PoolStats};
-use super::{BlockCache, BlockKey, DiskFailures, NoCache, RamTier, TierStats};
+use super::{BlockCache, BlockKey, DiskFailures, Evicting, NoCache, RamTier, TierStats};
 
 /// Where a block came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +131,18 @@ where
     /// A RAM tier of `ram_bytes` (0: none) for blocks of up to `block` bytes, over
     /// `disk` (if any).
     pub fn new(ram_bytes: u64, block: u64, disk: Option<Arc<dyn BlockCache>>) -> Self {
+        Self::evicting(ram_bytes, block, disk, &Evicting::default())
+    }
+
+    /// [`Self::new`] with a RAM tier that evicts as `evicting` says.
+    pub fn evicting(
+        ram_bytes: u64,
+        block: u64,
+        disk: Option<Arc<dyn BlockCache>>,
+        evicting: &Evicting,
+    ) -> Self {
         let ram: Arc<dyn BlockCache> = if ram_bytes > 0 {
-            Arc::new(RamTier::for_blocks(ram_bytes, block))
+            Arc::new(RamTier::for_blocks(ram_bytes, block, evicting))
         } else {
             Arc::new(NoCache)
         };

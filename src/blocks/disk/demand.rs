@@ -83,8 +83,9 @@ impl DiskTier {
         if s.indexing.as_ref().is_some_and(|ix| ix.purged(key)) {
             return false;
         }
-        if s.lru.get(key).is_none() {
-            s.lru.put(key.clone(), len);
+        // On disk from before the start: kept as the scan would keep it.
+        if !s.index.contains(key) {
+            s.index.insert_kept(key.clone(), len, len);
             s.bytes += len;
             self.evict(&mut s);
         }

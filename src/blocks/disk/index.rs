@@ -7,9 +7,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use lru::LruCache;
-
 use super::layout::OnDisk;
+use crate::blocks::policy::Eviction;
 use crate::blocks::BlockKey;
 
 /// A purge, kept to apply to what the scan finds after it.
@@ -44,18 +43,20 @@ impl Indexing {
         self.purges.iter().any(|p| p(key))
     }
 
-    /// The index once the scan is done: what it found (oldest first, so recency
-    /// survives roughly), then what was found or written while it ran, in the
-    /// order used; and the blocks found that a purge meanwhile picked (their
-    /// files are to go).
+    /// The index once the scan is done: `index` (empty) given what the scan
+    /// found, then what was found or written while it ran, all as blocks the
+    /// tier held before blocks read after; and the blocks found that a purge meanwhile
+    /// picked (their files are to go).
     pub fn merge(
         self,
         mut found: Vec<OnDisk>,
-        meanwhile: &LruCache<BlockKey, u64>,
-    ) -> (LruCache<BlockKey, u64>, u64, Vec<BlockKey>) {
+        meanwhile: &dyn Eviction<BlockKey, u64>,
+        mut index: Box<dyn Eviction<BlockKey, u64>>,
+    ) -> (Box<dyn Eviction<BlockKey, u64>>, u64, Vec<BlockKey>) {
+        // Oldest first, so that what was used last before the stop is kept
+        // longest after it (file times are all the recency a restart keeps).
         found.sort_by_key(|f| f.modified);
-        let mut lru = LruCache::unbounded();
-        let (mut bytes, mut gone) = (0, Vec::new());
+        let (mut bytes, mut gone, mut kept) = (0, Vec::new(), Vec::new());
         for b in found {
             if meanwhile.contains(&b.key) || self.dropped.contains(&b.key) {
                 continue;
@@ -65,14 +66,16 @@ impl Indexing {
                 continue;
             }
             bytes += b.len;
-            lru.put(b.key, b.len);
+            kept.push((b.key, b.len, b.len));
         }
-        for (k, len) in meanwhile.iter().rev() {
-            if let Some(old) = lru.put(k.clone(), *len) {
-                bytes -= old;
-            }
+        // Then what was read or written since the start, least valued first:
+        // all of it is kept before blocks read after.
+        let meanwhile: Vec<_> = meanwhile.iter().collect();
+        for (k, len) in meanwhile.into_iter().rev() {
             bytes += len;
+            kept.push((k.clone(), *len, *len));
         }
-        (lru, bytes, gone)
+        index.restore(kept);
+        (index, bytes, gone)
     }
 }

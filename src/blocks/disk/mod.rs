@@ -31,17 +31,20 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use lru::LruCache;
 
-use super::{BlockCache, BlockKey, TierStats};
+use super::policy::Eviction;
+use super::{BlockCache, BlockKey, Evicting, TierStats};
 use crate::log_limit::{more, LogLimit};
 pub use format::{decode_block, decode_header, encode_header, DecodeError, Header};
 pub use index::{IndexProgress, Purge};
 pub use layout::block_path;
 use layout::{filesystem_size, filesystem_used};
 
+/// Each indexed block's file size, in the order the policy gives them up.
+type Index = Box<dyn Eviction<BlockKey, u64>>;
+
 struct State {
-    lru: LruCache<BlockKey, u64>,
+    index: Index,
     bytes: u64,
     /// Bytes of block files being written: room is kept for them, so writes
     /// side by side never hold more than the tier between them.
@@ -55,6 +58,7 @@ struct State {
 
 pub struct DiskTier {
     dir: PathBuf,
+    evicting: Evicting,
     /// `disk_size`, or less once the disk has filled below it.
     capacity: AtomicU64,
     state: Mutex<State>,
@@ -127,11 +131,12 @@ impl DiskTier {
         // The tier's files hold no more than the filesystem does; unknown, as
         // much as the tier may.
         let unscanned = filesystem_used(&dir).unwrap_or(capacity);
+        let evicting = Evicting::default();
         Ok(DiskTier {
             dir,
             capacity: AtomicU64::new(capacity),
             state: Mutex::new(State {
-                lru: LruCache::unbounded(),
+                index: evicting.build(capacity),
                 bytes: 0,
                 writing: 0,
                 indexing: Some(index::Indexing::default()),
@@ -149,7 +154,21 @@ impl DiskTier {
             stop_scan: AtomicBool::new(false),
             scanning: Mutex::new(true),
             scan_ended: Condvar::new(),
+            evicting,
         })
+    }
+
+    /// The tier, evicting as `evicting` says; before any block is indexed.
+    pub fn evicting(mut self, evicting: Evicting) -> DiskTier {
+        let capacity = self.capacity.load(Relaxed);
+        let s = self.state.get_mut().unwrap();
+        debug_assert!(
+            s.index.is_empty(),
+            "a policy is chosen before the index is read"
+        );
+        s.index = evicting.build(capacity);
+        self.evicting = evicting;
+        self
     }
 
     /// Reads every block file's header into the index (the tier serving
@@ -173,13 +192,15 @@ impl DiskTier {
         if let Ok(found) = found.as_mut() {
             let mut s = self.state.lock().unwrap();
             let indexing = s.indexing.take().unwrap_or_default();
-            let (lru, bytes, gone) = indexing.merge(std::mem::take(&mut found.blocks), &s.lru);
+            let empty = self.evicting.build(self.capacity.load(Relaxed));
+            let (index, bytes, gone) =
+                indexing.merge(std::mem::take(&mut found.blocks), &*s.index, empty);
             for k in gone {
                 let _ = fs::remove_file(self.path_of(&k));
             }
-            (s.lru, s.bytes, s.unscanned) = (lru, bytes, 0);
+            (s.index, s.bytes, s.unscanned) = (index, bytes, 0);
             self.evict(&mut s);
-            stats.blocks = s.lru.len() as u64;
+            stats.blocks = s.index.len() as u64;
             stats.bytes = s.bytes;
             stats.removed = found.removed + self.removed_on_demand.load(Relaxed);
         }
@@ -234,10 +255,10 @@ impl DiskTier {
         }
     }
 
-    /// Drops the oldest blocks until at most `limit` bytes are held.
+    /// Drops the policy's victims until at most `limit` bytes are held.
     fn evict_to(&self, s: &mut State, limit: u64) {
         while s.bytes > limit {
-            let Some((key, size)) = s.lru.pop_lru() else {
+            let Some((key, size)) = s.index.pop_victim() else {
                 break;
             };
             s.bytes -= size;
@@ -248,7 +269,7 @@ impl DiskTier {
 
     fn forget(&self, key: &BlockKey) {
         let mut s = self.state.lock().unwrap();
-        if let Some(size) = s.lru.pop(key) {
+        if let Some(size) = s.index.remove(key) {
             s.bytes -= size;
         }
         if let Some(ix) = s.indexing.as_mut() {
@@ -277,6 +298,7 @@ impl DiskTier {
             let limit = s.bytes.min(self.capacity.load(Relaxed));
             if limit >= size {
                 self.capacity.store(limit, Relaxed);
+                s.index.set_capacity(limit);
                 self.evict_to(&mut s, limit - size);
                 made_room = true;
             }
@@ -298,7 +320,7 @@ impl BlockCache for DiskTier {
     fn get(&self, key: &BlockKey) -> Option<Bytes> {
         // Known to the index (and promoted in it), or not on disk at all once
         // the scan is done.
-        if self.state.lock().unwrap().lru.get(key).is_none() {
+        if self.state.lock().unwrap().index.get(key).is_none() {
             return self.on_demand(key);
         }
         match self.read_verified(key) {
@@ -345,7 +367,7 @@ impl BlockCache for DiskTier {
             // A key names one version's block: held, it holds these bytes
             // already. Written again, its old file and the new one would both
             // be on disk for a while, past the tier's bound.
-            if s.lru.get(&key).is_some() {
+            if s.index.get(&key).is_some() {
                 return;
             }
             if s.writing + size > capacity {
@@ -392,7 +414,7 @@ impl BlockCache for DiskTier {
         if !written {
             return;
         }
-        if let Some(old) = s.lru.put(key, size) {
+        if let Some(old) = s.index.insert(key, size, size) {
             s.bytes -= old;
         }
         s.bytes += size;
@@ -423,7 +445,7 @@ impl BlockCache for DiskTier {
         TierStats {
             used_bytes: s.bytes,
             capacity_bytes: self.capacity.load(Relaxed),
-            blocks: s.lru.len() as u64,
+            blocks: s.index.len() as u64,
             evictions: self.evictions.load(Relaxed),
         }
     }
@@ -434,7 +456,7 @@ impl DiskTier {
     fn remove_indexed(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64 {
         let picked: Vec<BlockKey> = {
             let s = self.state.lock().unwrap();
-            s.lru
+            s.index
                 .iter()
                 .filter(|(k, _)| gone(k))
                 .map(|(k, _)| k.clone())

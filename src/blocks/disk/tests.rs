@@ -1,7 +1,7 @@
 use bytes::Bytes;
-use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
+use crate::blocks::policy::PolicyKind;
 use crate::blocks::BlockCache;
 
 fn key(i: u64) -> BlockKey {
@@ -46,10 +46,13 @@ fn survives_reopen_and_stays_in_bounds() {
 fn a_block_held_is_not_written_again_and_counts_as_used() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
-    let (t, _) = DiskTier::open(dir.path(), 1 << 20).unwrap();
     let size = (encode_header(&key(0), &[0; 1000]).len() + 1000) as u64;
-    // Room for two blocks and a half.
-    t.capacity.store(size * 5 / 2, Relaxed);
+    // Room for two blocks and a half, in least recently used order (which
+    // S3-FIFO's queues cannot show in so few).
+    let t = DiskTier::open_unindexed(dir.path(), size * 5 / 2)
+        .unwrap()
+        .evicting(Evicting::by(PolicyKind::Lru));
+    t.index().unwrap();
     t.insert(key(1), Bytes::from(vec![1u8; 1000]));
     t.insert(key(2), Bytes::from(vec![2u8; 1000]));
     let inode = std::fs::metadata(t.path_of(&key(1))).unwrap().ino();
@@ -222,4 +225,47 @@ fn t_path(dir: &std::path::Path, rel: &str) -> std::path::PathBuf {
     let p = dir.join("blocks").join(rel);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     p
+}
+
+/// A tier of `blocks` blocks evicting by `policy`: its hot set of 20 read
+/// three times, then a scan of `scan` others read once; the hot blocks kept.
+fn hot_set_after_a_scan(policy: PolicyKind, blocks: u64, scan: u64) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let size = (encode_header(&key(0), &[0; 1000]).len() + 1000) as u64;
+    let t = DiskTier::open_unindexed(dir.path(), blocks * size)
+        .unwrap()
+        .evicting(Evicting::by(policy));
+    t.index().unwrap();
+    let read = |i| {
+        if t.get(&key(i)).is_none() {
+            t.insert(key(i), block(i));
+        }
+    };
+    for _ in 0..3 {
+        (0..20).for_each(read);
+    }
+    (1000..1000 + scan).for_each(read);
+    (0..20).filter(|&i| t.path_of(&key(i)).exists()).count()
+}
+
+#[test]
+fn a_scan_of_five_times_the_tier_leaves_its_hot_blocks_on_disk() {
+    assert_eq!(hot_set_after_a_scan(PolicyKind::S3Fifo, 100, 500), 20);
+    assert_eq!(hot_set_after_a_scan(PolicyKind::Lru, 100, 500), 0);
+}
+
+#[test]
+fn a_restarted_tier_keeps_what_it_held_through_a_scan_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = written(dir.path(), &(0..50).collect::<Vec<_>>());
+    let (t, stats) = DiskTier::open(dir.path(), 50 * size).unwrap();
+    assert_eq!(stats.blocks, 50);
+    for i in 1000..1150 {
+        t.insert(key(i), block(i));
+    }
+    // Nine tenths kept, the newest of them; the scan's blocks came and went
+    // through the rest.
+    let kept: Vec<u64> = (0..50).filter(|&i| t.path_of(&key(i)).exists()).collect();
+    assert_eq!(kept, (5..50).collect::<Vec<_>>());
+    assert_eq!(t.stats().blocks, 50);
 }
