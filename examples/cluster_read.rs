@@ -38,6 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             disk: None,
             max_inflight_blocks: None,
             queue_wait: None,
+            ..Default::default()
         },
     );
 

@@ -63,6 +63,7 @@ pub fn build(
                 disk: None,
                 max_inflight_blocks: Some(c.peer_concurrency),
                 queue_wait: Some(c.peer_queue_wait),
+                ..Default::default()
             },
         )
     });
@@ -110,6 +111,7 @@ pub fn build(
             disk: disk.clone(),
             rules: cfg.rules.clone(),
             upstream,
+            evicting: cfg.evicting(),
             peers,
             metadata_ttl: cfg.cache.metadata_ttl,
             metadata_size: cfg.cache.metadata_size,

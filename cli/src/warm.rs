@@ -110,6 +110,7 @@ pub async fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
             disk: None,
             max_inflight_blocks: Some(a.parallel.max(1)),
             queue_wait: None,
+            ..Default::default()
         },
     );
     reader.membership_ready().await;

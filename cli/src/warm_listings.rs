@@ -70,6 +70,7 @@ pub async fn run(
             disk: None,
             max_inflight_blocks: Some(parallel.max(1)),
             queue_wait: None,
+            ..Default::default()
         },
     );
     reader.membership_ready().await;

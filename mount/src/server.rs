@@ -203,6 +203,7 @@ async fn build(
                 .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
             max_inflight_blocks: None,
             queue_wait: None,
+            evicting: spec.config.evicting(),
         },
     );
     Ok(Arc::new(fs::Fs::new(

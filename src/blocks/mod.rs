@@ -33,7 +33,8 @@ pub use growing::{Filler, Growing, Overflow};
 pub use keep::{keep_on_disk, Kept};
 pub use key::BlockKey;
 pub use pool::{Buffer, BufferPool, PoolStats};
-pub use ram::{Evicting, RamTier};
+pub use policy::Evicting;
+pub use ram::RamTier;
 pub use tiers::{Arriving, Block, Fill, Part, Served, Tiers};
 
 /// What a tier did since start, for metrics.

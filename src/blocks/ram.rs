@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use super::policy::{Eviction, PinFn, Pinned, PolicyKind};
+use super::policy::{Evicting, Eviction};
 use super::{BlockCache, BlockKey, TierStats};
 
 /// Enough shards that many readers rarely meet on one lock.
@@ -25,38 +25,6 @@ const MAX_SHARDS: u64 = 16;
 pub const BLOCKS_PER_SHARD: u64 = 64;
 
 type Shard = Box<dyn Eviction<BlockKey, Bytes>>;
-
-/// How a tier gives blocks up: its policy, and what it pins.
-#[derive(Clone, Default)]
-pub struct Evicting {
-    pub policy: PolicyKind,
-    /// Blocks kept out of eviction within `pin_share_per_mille` of the tier.
-    pub pinned: Option<PinFn<BlockKey>>,
-    pub pin_share_per_mille: u64,
-}
-
-impl Evicting {
-    pub fn by(policy: PolicyKind) -> Evicting {
-        Evicting {
-            policy,
-            ..Evicting::default()
-        }
-    }
-
-    /// An empty policy for (a shard of) a tier of `capacity` bytes.
-    pub fn build<V: Send + 'static>(&self, capacity: u64) -> Box<dyn Eviction<BlockKey, V>> {
-        let inner = self.policy.build(capacity);
-        match &self.pinned {
-            Some(pin) => Box::new(Pinned::new(
-                inner,
-                capacity,
-                self.pin_share_per_mille,
-                pin.clone(),
-            )),
-            None => inner,
-        }
-    }
-}
 
 pub struct RamTier {
     shards: Vec<Mutex<Shard>>,
@@ -211,6 +179,7 @@ impl BlockCache for RamTier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocks::policy::PolicyKind;
 
     #[test]
     fn never_exceeds_its_bound() {

@@ -36,6 +36,8 @@ pub struct ReaderOptions {
     /// Longest a fetch waits for an in-flight slot before it reads the origin
     /// instead (`None`: it waits, which is backpressure for a mount; a gateway sheds).
     pub queue_wait: Option<Duration>,
+    /// How the RAM tier gives blocks up.
+    pub evicting: crate::blocks::Evicting,
 }
 
 impl Default for ReaderOptions {
@@ -45,6 +47,7 @@ impl Default for ReaderOptions {
             disk: None,
             max_inflight_blocks: None,
             queue_wait: None,
+            evicting: Default::default(),
         }
     }
 }
@@ -129,7 +132,12 @@ impl ClusterReader {
                 metrics: metrics.clone(),
             },
             cluster: p.cluster,
-            tiers: Tiers::new(opts.ram_bytes, block_size, opts.disk.clone()),
+            tiers: Tiers::evicting(
+                opts.ram_bytes,
+                block_size,
+                opts.disk.clone(),
+                &opts.evicting,
+            ),
             budget: Budget {
                 slots: Arc::new(Semaphore::new(limit)),
                 limit,

@@ -70,4 +70,6 @@ pub const METADATA_CACHE_SIZE: u64 = 64 << 20;
 pub const PREFETCH_FILES: usize = 32;
 pub const NODE_RAM: u64 = 1 << 30;
 pub const MOUNT_RAM: u64 = 256 << 20;
+/// Pinned blocks may hold half of a tier: the rest still caches what is read.
+pub const PIN_SHARE: f64 = 0.5;
 pub const MAX_SKEW: Duration = Duration::from_secs(15 * 60);

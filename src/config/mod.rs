@@ -49,6 +49,29 @@ pub struct Config {
 }
 
 impl Config {
+    /// How this config's tiers give blocks up: `[cache] policy`, and the
+    /// blocks of `pin = true` rules (the first rule matching a key decides)
+    /// kept within `[cache] pin_share`.
+    pub fn evicting(&self) -> crate::blocks::Evicting {
+        let pinning: Vec<CacheRule> = self.rules.clone();
+        let pinned: Option<crate::blocks::policy::PinFn<crate::blocks::BlockKey>> =
+            pinning.iter().any(|r| r.pin).then(|| {
+                let rules = std::sync::Arc::new(pinning);
+                std::sync::Arc::new(move |k: &crate::blocks::BlockKey| {
+                    let path = format!("{}/{}", k.bucket, k.key);
+                    rules
+                        .iter()
+                        .find(|r| r.matcher.is_match(&path))
+                        .is_some_and(|r| r.pin)
+                }) as crate::blocks::policy::PinFn<crate::blocks::BlockKey>
+            });
+        crate::blocks::Evicting {
+            policy: self.cache.policy,
+            pinned,
+            pin_share_per_mille: self.cache.pin_share_per_mille,
+        }
+    }
+
     /// Reads and validates `path`, with secrets from the process environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         Self::load_with(path, &Overrides::default())

@@ -38,6 +38,7 @@ pub struct RawRule {
     pub page_size: Option<Size>,
     pub ttl: Option<Dur>,
     pub list_ttl: Option<Dur>,
+    pub pin: Option<bool>,
 }
 
 /// Where a key pair comes from: inline, from named environment variables, from a
@@ -132,6 +133,8 @@ pub struct RawCache {
     pub data_dir: Option<String>,
     pub metadata_ttl: Option<Dur>,
     pub metadata_size: Option<Size>,
+    pub policy: Option<String>,
+    pub pin_share: Option<f64>,
 }
 
 #[derive(Deserialize, Default, Debug)]

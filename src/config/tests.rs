@@ -741,3 +741,42 @@ fn bad_scopes_and_limits_name_their_entry() {
         "empty",
     );
 }
+
+#[test]
+fn eviction_policy_and_pins_are_checked() {
+    use crate::blocks::policy::PolicyKind;
+    use crate::blocks::BlockKey;
+    let c = parse("[node]\n").unwrap();
+    assert_eq!(c.cache.policy, PolicyKind::S3Fifo);
+    assert_eq!(c.cache.pin_share_per_mille, 500);
+    assert!(c.evicting().pinned.is_none());
+    let c = parse(
+        "[node]\n[cache]\npolicy = \"lru\"\npin_share = 0.25\n\
+         [[rules]]\npattern = \"models/*.bin\"\npin = true\n\
+         [[rules]]\npattern = \"models/**\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.cache.policy, PolicyKind::Lru);
+    let e = c.evicting();
+    assert_eq!((e.policy, e.pin_share_per_mille), (PolicyKind::Lru, 250));
+    let pinned = e.pinned.expect("a rule pins");
+    assert!(pinned(&BlockKey::new("models", "w.bin", "e", 1, 0)));
+    // The first rule matching a key decides.
+    assert!(!pinned(&BlockKey::new("models", "sub/w.bin", "e", 1, 0)));
+    assert!(!pinned(&BlockKey::new("data", "w.bin", "e", 1, 0)));
+    refused(
+        "[node]\n[cache]\npolicy = \"LFU\"\n",
+        "cache.policy",
+        "\"s3-fifo\" and \"lru\"",
+    );
+    refused(
+        "[node]\n[cache]\npin_share = 1.5\n",
+        "cache.pin_share",
+        "not a share",
+    );
+    refused(
+        "[[rules]]\npattern = \"b/**\"\ncache = false\npin = true\n",
+        "rules[0].cache",
+        "pin do not apply",
+    );
+}

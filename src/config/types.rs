@@ -152,6 +152,8 @@ pub struct CacheRule {
     /// How old a cached listing of a matching prefix (`bucket/prefix`) a plain S3
     /// client may be answered with (`None`: listings pass through verbatim).
     pub list_ttl: Option<Duration>,
+    /// Matching keys' blocks stay out of eviction within `cache.pin_share`.
+    pub pin: bool,
 }
 
 impl ClusterConfig {
@@ -205,6 +207,10 @@ pub struct CacheConfig {
     pub metadata_ttl: Duration,
     /// The bound of a node's metadata cache, in bytes (0: nothing is kept).
     pub metadata_size: u64,
+    /// How every tier (RAM and disk) gives blocks up.
+    pub policy: crate::blocks::policy::PolicyKind,
+    /// The share of each tier blocks of pinned rules may hold, in thousandths.
+    pub pin_share_per_mille: u64,
 }
 
 #[derive(Clone, Debug)]

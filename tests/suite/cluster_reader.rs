@@ -55,6 +55,7 @@ fn reader(c: &Cluster, ram: u64, extra: &str) -> Arc<ClusterReader> {
             disk: None,
             max_inflight_blocks: None,
             queue_wait: None,
+            ..Default::default()
         },
     )
 }

@@ -61,6 +61,8 @@ pub struct NodeOptions {
     /// A gateway's cluster: misses go to owners through it.
     pub upstream: Option<Upstream>,
     /// A node that knows its cluster: misses of blocks it owns are asked of
+    /// How the RAM and disk tiers give blocks up.
+    pub evicting: shoal::blocks::Evicting,
     /// their runner-up first.
     pub peers: Option<Peers>,
     /// Requests per origin read, the first included (a cut body is resumed).
@@ -103,7 +105,8 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let disk = match &o.disk {
             Some((dir, bytes)) if *bytes > 0 => {
-                let tier = Arc::new(DiskTier::open_unindexed(dir, *bytes)?);
+                let tier =
+                    Arc::new(DiskTier::open_unindexed(dir, *bytes)?.evicting(o.evicting.clone()));
                 index_in_background(tier.clone(), metrics.clone())?;
                 Some(tier)
             }
@@ -132,7 +135,7 @@ impl Node {
             .filter_map(|r| r.block_size)
             .fold(o.block_size, u64::max);
         Ok(Node {
-            tiers: Tiers::new(
+            tiers: Tiers::evicting(
                 o.ram_bytes,
                 largest,
                 disk.clone()
@@ -140,6 +143,7 @@ impl Node {
             ),
             disk_tier: disk,
             versions,
+                &o.evicting,
             disk_dir: o.disk.as_ref().filter(|d| d.1 > 0).map(|d| d.0.clone()),
             rules: Rules::new(o.rules, o.block_size),
             metadata: MetadataCache::new(o.metadata_ttl, o.metadata_size),

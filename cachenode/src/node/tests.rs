@@ -28,6 +28,7 @@ fn node_over(origin: &Origin, revalidate_after: Duration) -> Arc<Node> {
                 ram_bytes: 64 << 20,
                 disk: None,
                 rules: vec![],
+                evicting: Default::default(),
                 upstream: None,
                 peers: None,
                 origin_attempts: 3,

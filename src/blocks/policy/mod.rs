@@ -23,6 +23,8 @@ mod s3fifo;
 use std::hash::Hash;
 use std::str::FromStr;
 
+use super::BlockKey;
+
 pub use self::lru::Lru;
 pub use pinned::{PinFn, Pinned};
 pub use s3fifo::S3Fifo;
@@ -101,6 +103,38 @@ impl FromStr for PolicyKind {
             other => Err(format!(
                 "is {other:?}: the policies are \"s3-fifo\" and \"lru\""
             )),
+        }
+    }
+}
+
+/// How a tier gives blocks up: its policy, and what it pins.
+#[derive(Clone, Default)]
+pub struct Evicting {
+    pub policy: PolicyKind,
+    /// Blocks kept out of eviction within `pin_share_per_mille` of the tier.
+    pub pinned: Option<PinFn<BlockKey>>,
+    pub pin_share_per_mille: u64,
+}
+
+impl Evicting {
+    pub fn by(policy: PolicyKind) -> Evicting {
+        Evicting {
+            policy,
+            ..Evicting::default()
+        }
+    }
+
+    /// An empty policy for (a shard of) a tier of `capacity` bytes.
+    pub fn build<V: Send + 'static>(&self, capacity: u64) -> Box<dyn Eviction<BlockKey, V>> {
+        let inner = self.policy.build(capacity);
+        match &self.pinned {
+            Some(pin) => Box::new(Pinned::new(
+                inner,
+                capacity,
+                self.pin_share_per_mille,
+                pin.clone(),
+            )),
+            None => inner,
         }
     }
 }

@@ -20,6 +20,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
+/// A fast hash for keys that never cross a process (no routing depends on it).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 use super::Eviction;
 
 /// The small queue's share of the tier, in tenths (the paper's 10%).
@@ -43,7 +46,7 @@ struct Entry<V> {
 }
 
 pub struct S3Fifo<K, V> {
-    entries: HashMap<K, Entry<V>>,
+    entries: Map<K, Entry<V>>,
     small: VecDeque<(K, u64)>,
     main: VecDeque<(K, u64)>,
     small_bytes: u64,
@@ -53,7 +56,7 @@ pub struct S3Fifo<K, V> {
     /// Keys dropped from the small queue lately, at most the main queue's
     /// bytes' worth, with the slot that is live.
     ghost: VecDeque<(K, u64, u64)>,
-    ghosts: HashMap<K, u64>,
+    ghosts: Map<K, u64>,
     ghost_bytes: u64,
     capacity: u64,
     next_seq: u64,
@@ -62,14 +65,14 @@ pub struct S3Fifo<K, V> {
 impl<K: Hash + Eq + Clone, V> S3Fifo<K, V> {
     pub fn new(capacity: u64) -> Self {
         S3Fifo {
-            entries: HashMap::new(),
+            entries: Map::default(),
             small: VecDeque::new(),
             main: VecDeque::new(),
             small_bytes: 0,
             main_bytes: 0,
             largest: 0,
             ghost: VecDeque::new(),
-            ghosts: HashMap::new(),
+            ghosts: Map::default(),
             ghost_bytes: 0,
             capacity,
             next_seq: 0,

@@ -89,7 +89,20 @@ impl Validator<'_> {
         if metadata_ttl > crate::node_proto::MAX_METADATA_TTL {
             return Err(self.err("cache.metadata_ttl", "is longer than a day"));
         }
+        let policy = match c.policy {
+            Some(p) => p.parse().map_err(|e: String| self.err("cache.policy", e))?,
+            None => Default::default(),
+        };
+        let pin_share = c.pin_share.unwrap_or(defaults::PIN_SHARE);
+        if !(0.0..=1.0).contains(&pin_share) {
+            return Err(self.err(
+                "cache.pin_share",
+                format!("{pin_share} is not a share of the tier (0 to 1)"),
+            ));
+        }
         Ok(CacheConfig {
+            policy,
+            pin_share_per_mille: (pin_share * 1000.0).round() as u64,
             ram_size,
             disk_size,
             data_dir,

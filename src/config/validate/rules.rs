@@ -41,10 +41,11 @@ impl Validator<'_> {
             }
         }
         let cache = r.cache.unwrap_or(true);
-        if !cache && (block_size.is_some() || r.ttl.is_some() || r.list_ttl.is_some()) {
+        let pin = r.pin.unwrap_or(false);
+        if !cache && (block_size.is_some() || r.ttl.is_some() || r.list_ttl.is_some() || pin) {
             return Err(self.err(
                 key("cache"),
-                "a rule with cache = false caches nothing: block_size, ttl and list_ttl do not apply",
+                "a rule with cache = false caches nothing: block_size, ttl, list_ttl and pin do not apply",
             ));
         }
         let ttl = r.ttl.map(|d| self.positive(&key("ttl"), d.0)).transpose()?;
@@ -59,6 +60,7 @@ impl Validator<'_> {
             block_size,
             ttl,
             list_ttl,
+            pin,
         })
     }
 }
