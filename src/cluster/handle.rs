@@ -38,6 +38,12 @@ impl ClusterReader {
         self.open_hop(bucket, key, known, if_match, hops + 1).await
     }
 
+    /// [`Self::open`] of a version known already: nothing is asked, so the
+    /// handle is there at once.
+    pub fn open_known(self: &Arc<Self>, bucket: &str, key: &str, meta: ObjectMeta) -> Handle {
+        self.handle(bucket, key, meta, 0)
+    }
+
     async fn open_hop(
         self: &Arc<Self>,
         bucket: &str,
@@ -50,7 +56,11 @@ impl ClusterReader {
             Some(m) => m,
             None => self.learn(bucket, key, hop, if_match).await?,
         };
-        Ok(Handle::new(HandleInner {
+        Ok(self.handle(bucket, key, meta, hop))
+    }
+
+    fn handle(self: &Arc<Self>, bucket: &str, key: &str, meta: ObjectMeta, hop: u32) -> Handle {
+        Handle::new(HandleInner {
             reader: self.clone(),
             bucket: bucket.into(),
             key: key.into(),
@@ -60,7 +70,7 @@ impl ClusterReader {
             let_go_below: Default::default(),
             warming: Default::default(),
             held_run: Default::default(),
-        }))
+        })
     }
 }
 
@@ -294,23 +304,46 @@ impl Handle {
         if self.is_stale() || first >= last {
             return;
         }
+        let blocks = first..(first + count).min(last);
+        let h = &self.0;
+        if !h.reader.tiers.has_disk() {
+            // Each fetch is in flight when this returns: a read that follows,
+            // a spliced one too (it goes to the node itself unless a fetch is
+            // here), joins it instead of fetching the block a second time.
+            for i in blocks.filter(|&i| self.fetches_ahead(i)) {
+                drop(
+                    h.reader
+                        .open_block_now(&h.bucket, &h.key, &h.meta, i, h.hop),
+                );
+            }
+            return;
+        }
+        // Looking in the disk tier first waits: each block's fetch then runs in
+        // a task of its own, and starting it is enough. A block the kernel took
+        // while this task waited to run is not fetched again.
         let me = self.clone();
         tokio::spawn(async move {
             let h = &me.0;
-            // Each block's fetch runs in a task of its own: starting it is enough.
-            // A block the kernel took while this task waited to run is not
-            // fetched again.
-            for i in first..(first + count).min(last) {
-                if i < h.let_go_below.load(Relaxed) {
-                    continue;
+            for i in blocks {
+                if me.fetches_ahead(i) {
+                    drop(
+                        h.reader
+                            .open_block(&h.bucket, &h.key, &h.meta, i, h.hop)
+                            .await,
+                    );
                 }
-                h.reader.metrics.prefetched.inc();
-                drop(
-                    h.reader
-                        .open_block(&h.bucket, &h.key, &h.meta, i, h.hop)
-                        .await,
-                );
             }
         });
+    }
+
+    /// Whether block `i` is still to be fetched ahead (counted if so): not one
+    /// the kernel has taken already.
+    fn fetches_ahead(&self, i: u64) -> bool {
+        let h = &self.0;
+        let wanted = i >= h.let_go_below.load(Relaxed);
+        if wanted {
+            h.reader.metrics.prefetched.inc();
+        }
+        wanted
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! A read is split into cluster blocks ([`handle`]). Each block comes from the
 //! client RAM tier, else from a fetch already in flight, else from its owner node
-//! (ranked by [`crate::route`]) with `If-Match` on the pinned ETag ([`reader`]). A
+//! (ranked by [`crate::route`]) with `If-Match` on the pinned ETag ([`block`]). A
 //! node that fails to connect is marked down and the next ranked node asked, once;
 //! a slow one is hedged to the next node within the hedge budget; when no node
 //! answers in time the block comes straight from the origin, counted by cause
@@ -16,6 +16,7 @@
 //! Nodes and the origin are [`crate::store::ObjectStore`]s, so a test gives it
 //! doubles ([`ReaderParts`]).
 
+mod block;
 mod call;
 mod error;
 mod fetch;

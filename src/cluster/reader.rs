@@ -1,5 +1,5 @@
 //! [`ClusterReader`]: what every handle shares (router, node stores, origin, RAM
-//! tier, in-flight budget), and the block pipeline each read goes through.
+//! tier, in-flight budget); a read's blocks go through it ([`super::block`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ use super::error::ReadError;
 use super::fetch::Fetcher;
 use super::metrics::{self, ClusterMetrics, Fallback};
 use super::nodes::{Nodes, S3Nodes};
-use crate::blocks::{Block, BlockKey, Buffer, Growing, Served, Tiers};
+use crate::blocks::{BlockKey, Buffer, Growing, Tiers};
 use crate::config::ClusterConfig;
 use crate::log_limit::LogLimit;
 use crate::node_proto;
@@ -84,7 +84,7 @@ pub struct ClusterReader {
 pub(super) struct Budget {
     pub(super) slots: Arc<Semaphore>,
     limit: usize,
-    queue_wait: Option<Duration>,
+    pub(super) queue_wait: Option<Duration>,
 }
 
 impl ClusterReader {
@@ -214,7 +214,7 @@ impl ClusterReader {
         BlockKey::new(bucket, key, etag, self.cluster.block_size, index)
     }
 
-    fn block_range(&self, index: u64, size: u64) -> ByteRange {
+    pub(super) fn block_range(&self, index: u64, size: u64) -> ByteRange {
         let bs = self.cluster.block_size;
         ByteRange::span(index * bs, ((index + 1) * bs).min(size))
     }
@@ -288,64 +288,7 @@ impl ClusterReader {
         }
     }
 
-    /// Block `index` of the version `meta`: held by a tier, or its fetch (in
-    /// flight already, or started now), whose bytes can be read as they arrive.
-    pub(crate) async fn open_block(
-        self: &Arc<Self>,
-        bucket: &str,
-        key: &str,
-        meta: &ObjectMeta,
-        index: u64,
-        hop: u32,
-    ) -> Block<ReadError> {
-        let bk = self.key(bucket, key, &meta.etag, index);
-        let len = bk.len_in(meta.size) as usize;
-        let me = self.clone();
-        let mut req = GetObject::new(bucket, key)
-            .range(self.block_range(index, meta.size))
-            .if_match(&meta.etag);
-        node_proto::set_hop(&mut req, hop);
-        let block = self
-            .tiers
-            .open(bk, (), true, len, move |mut into| async move {
-                // Bound the memory of all fetches together.
-                let t0 = Instant::now();
-                let permit = me.budget.slots.clone().acquire_owned();
-                let permit = match me.budget.queue_wait {
-                    None => Some(permit.await),
-                    Some(limit) => tokio::time::timeout(limit, permit).await.ok(),
-                };
-                me.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
-                let filled = match permit {
-                    Some(_permit) => me.fetcher.fill(&req, index, &mut into).await,
-                    // Every slot is taken for longer than the bound: queueing behind
-                    // them would only add latency, so read the origin now.
-                    None => {
-                        me.fetcher
-                            .fill_origin(&req, Fallback::Shed, &mut into)
-                            .await
-                    }
-                };
-                match filled {
-                    Ok(source) => {
-                        me.fetcher.count(source, into.len());
-                        Ok(())
-                    }
-                    Err(e) => Err(ReadError::pinned(e, &req.bucket, &req.key)),
-                }
-            })
-            .await;
-        match &block {
-            Block::Held(b, _) => self.count_held(b.len()),
-            Block::Arriving(_, Served::Joined) => {
-                self.metrics.coalesced_waits.inc();
-            }
-            Block::Arriving(..) => {}
-        }
-        block
-    }
-
-    fn count_held(&self, bytes: usize) {
+    pub(super) fn count_held(&self, bytes: usize) {
         self.metrics.blocks.get_or_create(&metrics::RAM).inc();
         self.metrics
             .bytes

@@ -262,6 +262,23 @@ async fn a_block_handed_over_whole_is_not_fetched_ahead_again() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn blocks_fetched_ahead_are_in_flight_once_prefetch_returns() {
+    // What asks next must find the fetch however late a task runs: a spliced
+    // read asks the node itself unless a fetch is here.
+    let r = Rig::new(1, |_| {});
+    let h = r.reader.open_known(B, "k", r.meta());
+    h.prefetch(1, 2);
+    for i in 1..3 {
+        let bk = r.reader.key(B, "k", &r.meta().etag, i);
+        assert!(r.reader.tiers.arriving(&bk, &()).is_some(), "block {i}");
+    }
+    while r.reader.inflight_blocks() > 0 || r.ranked[0].gets() < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(r.ranked[0].gets(), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_breaker_opens_after_failures_and_closes_after_its_cooldown() {
     let r = Rig::new(2, |c| {
         c.breaker.failures = 3;

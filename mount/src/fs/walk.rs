@@ -274,16 +274,15 @@ impl Walks {
             self.stats
                 .prefetched_files
                 .fetch_add(files.len() as u64, Relaxed);
-            let (reader, bucket) = (self.reader.clone(), self.bucket.clone());
-            tokio::spawn(async move {
-                for (key, meta) in files {
-                    // Opening with a known version asks nobody; the block fetch is
-                    // spawned, so the files are fetched side by side.
-                    if let Ok(h) = reader.open(&bucket, &key, Some(meta)).await {
-                        h.prefetch(0, 1);
-                    }
-                }
-            });
+            // Started before this visit is answered: the walker's read of one
+            // of these files comes after it, and joins the file's fetch rather
+            // than fetching it beside. Each fetch runs in a task of its own, so
+            // the files are fetched side by side.
+            for (key, meta) in files {
+                self.reader
+                    .open_known(&self.bucket, &key, meta)
+                    .prefetch(0, 1);
+            }
         }
         walking
     }
