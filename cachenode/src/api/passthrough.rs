@@ -15,7 +15,7 @@ use shoal::store::ObjectStore;
 
 use super::error::store_error;
 use crate::access::trace::Outcome;
-use crate::node::{Answer, Node, SyncStream};
+use crate::node::{Answer, Node, SyncStream, OWN_HEADERS};
 
 /// Client headers that change what the origin answers, passed on with a request.
 const PASSED_HEADERS: &[&str] = &[
@@ -34,18 +34,6 @@ const PASSED_HEADERS: &[&str] = &[
     "x-amz-object-attributes",
     "x-amz-max-parts",
     "x-amz-part-number-marker",
-];
-
-/// Answer headers that describe one connection or one request, not the answer:
-/// a proxy never copies them.
-pub(crate) const OWN_HEADERS: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "date",
-    "server",
-    "x-amz-request-id",
-    "x-amz-id-2",
 ];
 
 /// Object-read query parameters the node has no blocks for.

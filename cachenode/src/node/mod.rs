@@ -20,6 +20,7 @@
 mod error;
 mod fetch;
 mod handback;
+mod own_headers;
 mod peer;
 mod peer_meta;
 mod read;
@@ -41,6 +42,7 @@ pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
 pub use error::NodeError;
 pub use fetch::Upstream;
 pub use handback::{HandbackError, Handed, Taken};
+pub use own_headers::OWN_HEADERS;
 pub use peer::{only_if_cached, Peers};
 pub use peer_meta::PeerClients;
 pub use read::{BlockStream, SyncStream};

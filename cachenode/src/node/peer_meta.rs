@@ -24,9 +24,9 @@ use shoal::node_proto::{HOP_HEADER, METADATA_TTL_HEADER};
 use shoal::store::s3::{Forwarded, S3Client};
 use shoal::store::{is_stored_header, unquote_etag, ObjectMeta, StoreError};
 
+use super::own_headers::OWN_HEADERS;
 use super::peer::{Peers, CACHE_CONTROL, ONLY_IF_CACHED};
 use crate::access::trace::PeerFill;
-use crate::api::passthrough::OWN_HEADERS;
 use crate::metadata_cache::Answer;
 use crate::metrics::Metrics;
 
