@@ -17,7 +17,8 @@ use shoal::node_proto::Purge;
 use shoal::store::s3::Forwarded;
 
 use super::error::store_error;
-use super::passthrough::{address, query_pairs, signed_or_open, streamed};
+use super::passthrough::{address, signed_or_open, streamed};
+use super::query::query_pairs;
 use super::writes::{Writes, MAX_HELD};
 
 /// Object subresources whose writes pass through.

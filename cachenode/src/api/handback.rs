@@ -6,12 +6,15 @@
 //! and answers what it took (a key that may pass purges on may ask). How
 //! `shoal drain` hands a leaving node's blocks back before it stops.
 
+use std::sync::Arc;
+
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use shoal::node_proto::Purge;
 
-use super::purge::{query_param, PurgeRoute};
+use super::auth::Gate;
+use super::query::query_param;
 use crate::access::classify;
-use crate::node::HandbackError;
+use crate::node::{HandbackError, Node};
 
 /// Most bytes of a take body: 64 Ki block lines.
 const TAKE_BODY_LIMIT: usize = 16 << 20;
@@ -41,13 +44,16 @@ fn refused(e: HandbackError) -> s3s::S3Error {
     }
 }
 
+/// Answers a hand-back request to `node`, if `gate` lets its key (no gate:
+/// authentication is off).
 pub async fn call(
-    route: &PurgeRoute,
+    node: &Arc<Node>,
+    gate: Option<&Gate>,
     req: S3Request<s3s::Body>,
     bucket: String,
 ) -> S3Result<S3Response<s3s::Body>> {
     let take = query_param(&req.uri, "shoal-take").is_some();
-    if let Some(gate) = &route.gate {
+    if let Some(gate) = gate {
         let key = req.credentials.as_ref().map(|c| c.access_key.as_str());
         // Listing a bucket's blocks is a purge's reach; taking blocks from a
         // peer is what nodes do for each other, like passing purges on.
@@ -57,7 +63,7 @@ pub async fn call(
         )?;
     }
     if !take {
-        let list = route.node.handback_list(&bucket).await.map_err(refused)?;
+        let list = node.handback_list(&bucket).await.map_err(refused)?;
         tracing::info!(bucket = %bucket, blocks = list.len(), "drain: listed the blocks this node owns for their runner-ups");
         let body: String = list
             .iter()
@@ -73,9 +79,9 @@ pub async fn call(
         .store_all_limited(TAKE_BODY_LIMIT)
         .await
         .map_err(|_| s3_error!(InvalidArgument, "take body over 16 MiB"))?;
-    let blocks = crate::node::Node::handback_lines(&bucket, &body).map_err(refused)?;
+    let blocks = Node::handback_lines(&bucket, &body).map_err(refused)?;
     let asked = blocks.len();
-    let taken = route.node.take_from(&from, blocks).await.map_err(refused)?;
+    let taken = node.take_from(&from, blocks).await.map_err(refused)?;
     tracing::info!(
         bucket = %bucket,
         from = %from,

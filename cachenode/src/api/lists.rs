@@ -27,9 +27,8 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::{cached_only, not_cached, store_error};
 use super::objects::asked_ttl;
-use super::passthrough::{
-    address, fetch_whole, forward, passed_headers, query_pairs, respond, signed_or_open,
-};
+use super::passthrough::{address, fetch_whole, forward, passed_headers, respond, signed_or_open};
+use super::query::query_pairs;
 use crate::metadata_cache::age_secs_up;
 use crate::node::{Listed, Node};
 

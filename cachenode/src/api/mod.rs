@@ -16,6 +16,7 @@ pub mod lists;
 pub mod objects;
 pub mod passthrough;
 pub mod purge;
+mod query;
 pub mod writes;
 
 use std::sync::Arc;
@@ -137,7 +138,7 @@ impl Routes {
     fn asks(&self, which: Option<&Matched>, req: &S3Request<s3s::Body>) -> access::Request {
         let (bucket, key) =
             passthrough::address(&req.uri, &req.headers, &self.domains).unwrap_or_default();
-        let query = passthrough::query_pairs(&req.uri);
+        let query = query::query_pairs(&req.uri);
         match which {
             Some(Matched::Purge) => access::Request::All(vec![]),
             Some(Matched::Object) => access::classify::object_read(&bucket, &key, &query),

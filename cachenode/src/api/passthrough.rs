@@ -14,6 +14,7 @@ use shoal::store::s3::S3Client;
 use shoal::store::ObjectStore;
 
 use super::error::store_error;
+pub use super::query::query_pairs;
 use crate::access::trace::Outcome;
 use crate::node::{Answer, Node, SyncStream, OWN_HEADERS};
 
@@ -51,25 +52,6 @@ const UNCACHED_QUERY: &[&str] = &[
     "torrent",
     "uploadId",
 ];
-
-/// The query of `uri` as decoded name and value pairs (`+` is a plus, as SigV4
-/// reads it).
-pub fn query_pairs(uri: &http::Uri) -> Vec<(String, String)> {
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(s)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    uri.query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
 
 /// The client headers of `headers` that go on to the origin with a request.
 pub fn passed_headers(headers: &http::HeaderMap) -> Vec<(&'static str, String)> {

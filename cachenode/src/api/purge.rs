@@ -7,6 +7,8 @@ use std::sync::Arc;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use shoal::node_proto::Purge;
 
+use super::handback;
+use super::query::query_param;
 use crate::access::classify;
 use crate::fanout::Fanout;
 use crate::node::Node;
@@ -22,17 +24,6 @@ pub struct PurgeRoute {
 /// Most bytes of a batch purge body.
 const PURGE_BODY_LIMIT: usize = 1 << 20;
 
-pub(super) fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
-    uri.query()?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == name).then(|| {
-            percent_encoding::percent_decode_str(v)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-    })
-}
-
 #[async_trait::async_trait]
 impl s3s::route::S3Route for PurgeRoute {
     fn is_match(
@@ -43,7 +34,7 @@ impl s3s::route::S3Route for PurgeRoute {
         _: &mut http::Extensions,
     ) -> bool {
         method == http::Method::POST
-            && (query_param(uri, "shoal-purge").is_some() || super::handback::asks(uri))
+            && (query_param(uri, "shoal-purge").is_some() || handback::asks(uri))
     }
 
     async fn check_access(&self, req: &mut S3Request<s3s::Body>) -> S3Result<()> {
@@ -65,8 +56,8 @@ impl s3s::route::S3Route for PurgeRoute {
                 "purge needs a bucket: POST /BUCKET?shoal-purge&key=K"
             ));
         }
-        if super::handback::asks(&req.uri) {
-            return super::handback::call(self, req, bucket).await;
+        if handback::asks(&req.uri) {
+            return handback::call(&self.node, self.gate.as_ref(), req, bucket).await;
         }
         let local = query_param(&req.uri, "shoal-local").is_some();
         let mut input = req.input;
