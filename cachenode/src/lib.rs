@@ -93,6 +93,7 @@ pub fn build(
                 timeout: node_cfg.peer_fill_timeout,
                 stall: c.timeouts.stall,
                 clients: node::PeerClients::new(c, &origin.options().region),
+                asking: Default::default(),
             })
         }
         _ => None,

@@ -156,6 +156,14 @@ pub struct Metrics {
     /// (hit, miss, timeout, error), and the bytes the hits brought.
     pub peer_fills: Family<ResultLabel, Counter>,
     pub peer_fill_bytes: Counter,
+    /// Misses of blocks owned by another node (spills, hedges, failovers)
+    /// asked of their owner first, by result, and the bytes the hits brought.
+    /// A family of its own: the runner-up's series keep their names.
+    pub owner_fills: Family<ResultLabel, Counter>,
+    pub owner_fill_bytes: Counter,
+    /// Only-if-cached asks of blocks (owner and runner-up fills, hedges)
+    /// answered from this node's fetch in flight once it landed.
+    pub cached_only_joins: Counter,
     /// Misses of owned listing pages and HEADs asked of their runner-up node
     /// first, by op (list, head) and result.
     pub peer_metadata_fills: Family<MetadataLabel, Counter>,
@@ -193,14 +201,27 @@ impl Metrics {
         }
     }
 
-    /// One ask of a block's runner-up, by result; also noted on the request.
-    pub fn peer_fill(&self, result: crate::access::trace::PeerFill) {
-        self.peer_fills
+    /// One ask of another node for a block (`role`: its runner-up or its
+    /// owner), by result; also noted on the request.
+    pub fn peer_fill(&self, role: crate::node::PeerRole, result: crate::access::trace::PeerFill) {
+        let family = match role {
+            crate::node::PeerRole::RunnerUp => &self.peer_fills,
+            crate::node::PeerRole::Owner => &self.owner_fills,
+        };
+        family
             .get_or_create(&ResultLabel {
                 result: result.name(),
             })
             .inc();
         crate::access::trace::peer_fill(result);
+    }
+
+    /// Block bytes another node sent instead of the origin.
+    pub fn peer_fill_bytes(&self, role: crate::node::PeerRole, n: u64) {
+        match role {
+            crate::node::PeerRole::RunnerUp => self.peer_fill_bytes.inc_by(n),
+            crate::node::PeerRole::Owner => self.owner_fill_bytes.inc_by(n),
+        };
     }
 
     /// One ask of a listing page's or HEAD's runner-up (`op`: list, head), by
@@ -337,6 +358,9 @@ impl Metrics {
             "access_log_dropped" => self.access_log_dropped, "Access-log lines dropped for a writer behind";
             "peer_fills" => self.peer_fills, "Misses of owned blocks asked of their runner-up node (only-if-cached) first, by result";
             "peer_fill_bytes" => self.peer_fill_bytes, "Block bytes brought from runner-up nodes instead of the origin";
+            "owner_fills" => self.owner_fills, "Misses of blocks another node owns (spills, hedges, failovers) asked of their owner (only-if-cached) first, by result";
+            "owner_fill_bytes" => self.owner_fill_bytes, "Block bytes brought from owner nodes instead of the origin";
+            "cached_only_joins" => self.cached_only_joins, "Only-if-cached asks of blocks answered from this node's fetch in flight once it landed";
             "peer_metadata_fills" => self.peer_metadata_fills, "Misses of owned listing pages and HEADs asked of their runner-up node (only-if-cached) first, by op and result";
         );
     }

@@ -361,6 +361,19 @@ impl ClusterReader {
 }
 
 impl ClusterReader {
+    /// The first `k` nodes of the ranking of the cluster block holding byte `at`
+    /// of `bucket/key`, its owner first, whatever the down marks and load.
+    pub fn ranked(&self, bucket: &str, key: &str, at: u64, k: usize) -> Vec<String> {
+        let block = crate::route::BlockId {
+            bucket,
+            key,
+            index: at / self.cluster.block_size,
+        };
+        let set = self.router().membership().current();
+        let top = set.top_k(&block, k);
+        top.iter().map(|&i| set.nodes()[i].id.clone()).collect()
+    }
+
     /// The node a block would have without node `me`, when `me` owns it now: the
     /// next-ranked node for the cluster block holding byte `at` of `bucket/key`
     /// (its previous owner, if `me` joined since). `None` when `me` does not own

@@ -54,7 +54,8 @@ pub struct Source {
     /// Requests per origin read, the first included.
     pub attempts: u32,
     pub upstream: Option<Upstream>,
-    /// On a node that knows the cluster: its owned misses' runner-ups.
+    /// On a node that knows the cluster: the owners of its misses, or their
+    /// runner-ups when it owns them.
     pub peers: Option<super::peer::Peers>,
     pub metrics: Arc<Metrics>,
 }
@@ -67,7 +68,16 @@ struct IntoBlock<'a> {
     want: Option<u64>,
     into: &'a mut Fill<NodeError>,
     metrics: &'a Metrics,
+    learn: Learn<'a>,
 }
+
+/// Told what an answer says of the version as soon as its headers do, before
+/// its body: a node learning a version from a block knows it while the block
+/// still arrives, so other nodes' asks for the block can join its fetch.
+pub type Learn<'a> = &'a (dyn Fn(&ObjectMeta) + Send + Sync);
+
+/// A [`Learn`] that keeps nothing: the version is known already.
+pub fn known(_: &ObjectMeta) {}
 
 impl BodySink for IntoBlock<'_> {
     type Error = NodeError;
@@ -87,6 +97,7 @@ impl BodySink for IntoBlock<'_> {
                 want_etag: self.bk.etag.to_string(),
             });
         }
+        (self.learn)(meta);
         Ok(())
     }
 
@@ -144,35 +155,42 @@ impl Source {
                 want_etag: bk.etag.to_string(),
             })
         } else {
-            self.owned_block(bk, Some(meta.size), into).await.map(drop)
+            self.node_block(bk, Some(meta.size), into, &known)
+                .await
+                .map(drop)
         }
     }
 
-    /// Block `bk` from its runner-up node if that holds it, else from the origin
-    /// ([`Self::origin_block`]); returns what the answer said of the version.
-    pub async fn owned_block(
+    /// Block `bk` from another node if that holds it (its owner, or its
+    /// runner-up when this node owns it: [`super::peer`]), else from the origin
+    /// ([`Self::origin_block`]); returns what the answer said of the version,
+    /// also told to `learn` as soon as it is known.
+    pub async fn node_block(
         &self,
         bk: &BlockKey,
         size: Option<u64>,
         into: &mut Fill<NodeError>,
+        learn: Learn<'_>,
     ) -> Result<ObjectMeta, NodeError> {
         if let Some(p) = &self.peers {
             if let Some(meta) = p.fill(bk, size, into, &self.metrics).await {
+                learn(&meta);
                 return Ok(meta);
             }
         }
-        self.origin_block(bk, size, into).await
+        self.origin_block(bk, size, into, learn).await
     }
 
     /// Block `bk` from the origin into `into` with `If-Match`, resumed if cut. Without
     /// the object's size the range is open-ended past the block and the answer's
     /// `Content-Range` says how long the object is; returns what the origin said
-    /// of the version.
+    /// of the version (told to `learn` at the answer's headers).
     pub async fn origin_block(
         &self,
         bk: &BlockKey,
         size: Option<u64>,
         into: &mut Fill<NodeError>,
+        learn: Learn<'_>,
     ) -> Result<ObjectMeta, NodeError> {
         let (req, want) = block_get(bk, size);
         let mut sink = IntoBlock {
@@ -180,6 +198,7 @@ impl Source {
             want,
             into,
             metrics: &self.metrics,
+            learn,
         };
         let (meta, _, _) = get_into(&*self.origin, &req, self.attempts, &mut sink).await?;
         Ok(meta)

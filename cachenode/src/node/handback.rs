@@ -200,7 +200,16 @@ impl Node {
                 move |mut into| async move {
                     let peers = me.source.peers.as_ref().ok_or(NodeError::NotCached)?;
                     match peers
-                        .fill_from(&from, TAKE_TIMEOUT, &bk, size, &mut into, &me.metrics)
+                        .fill_from(
+                            std::slice::from_ref(&from),
+                            // The block's owner once the leaving node is
+                            // gone takes it from its previous owner.
+                            super::PeerRole::RunnerUp,
+                            TAKE_TIMEOUT,
+                            (&bk, size),
+                            &mut into,
+                            &me.metrics,
+                        )
                         .await
                     {
                         Some(meta) => {

@@ -20,6 +20,7 @@
 mod error;
 mod fetch;
 mod handback;
+mod joined;
 mod own_headers;
 mod peer;
 mod peer_meta;
@@ -43,7 +44,7 @@ pub use error::NodeError;
 pub use fetch::Upstream;
 pub use handback::{HandbackError, Handed, Taken};
 pub use own_headers::OWN_HEADERS;
-pub use peer::{only_if_cached, Peers};
+pub use peer::{only_if_cached, PeerRole, Peers};
 pub use peer_meta::PeerClients;
 pub use read::{BlockStream, SyncStream};
 
@@ -286,6 +287,10 @@ impl Node {
         via: Via,
     ) -> Result<ObjectMeta, NodeError> {
         let policy = self.policy(bucket, key);
+        if via.cached_only && policy.cache {
+            let bk = Node::block_key(bucket, key, etag, index, policy.block_size);
+            self.join_fetch(&bk).await;
+        }
         if let Some((meta, _)) = self.known_fresh(bucket, key, &policy).await {
             if meta.etag == etag {
                 return Ok(meta);
@@ -302,11 +307,11 @@ impl Node {
         let block = self
             .tiers
             .flight(bk.clone(), false, true, len, move |mut into| async move {
-                let fetched =
-                    crate::access::trace::scope(asker, me.source.owned_block(&bk, None, &mut into));
-                let meta = fetched.await?;
-                me.versions.remember(&bk.bucket, &bk.key, &meta);
-                Ok(())
+                // Known from the answer's headers on: asks of this block from
+                // other nodes may join the fetch before its body is in.
+                let learn = |meta: &ObjectMeta| me.versions.remember(&bk.bucket, &bk.key, meta);
+                let fetched = me.source.node_block(&bk, None, &mut into, &learn);
+                crate::access::trace::scope(asker, fetched).await.map(drop)
             });
         match block.whole().await {
             Ok(_) => match self.versions.known(bucket, key, etag) {

@@ -1,10 +1,19 @@
-//! Previous-owner fill: a block this node owns and lacks is first asked of the
-//! node that would own it without this one (its owner before this node joined,
-//! or while this one was away), with `Cache-Control: only-if-cached` (RFC 9111
-//! 5.2.1.7). That node answers from RAM or disk, or 504, and never asks the
-//! origin for it; past `node.peer_fill_timeout` without an answer, or on any
-//! answer but the block, the origin is asked as before. So a block that moved
-//! to a new owner is fetched once from its old one, not again from the origin.
+//! Peer fill: a block this node misses is asked of one other node first, with
+//! `Cache-Control: only-if-cached` (RFC 9111 5.2.1.7), then the origin.
+//!
+//! - A block it owns is asked of its runner-up, the node that would own it
+//!   without this one (its owner before this node joined, or while this one was
+//!   away): a block that moved to a new owner is fetched once from its old one,
+//!   not again from the origin (previous-owner fill).
+//! - A block it does not own (a spill under bounded load, a hedge, a failover)
+//!   is asked of its owner, which answers from its tiers or from its fetch of
+//!   the block in flight ([`super::joined`]): a hot object costs the origin
+//!   once, however many nodes it spills to (owner fill).
+//!
+//! The node asked answers from RAM or disk, or from a fetch it already runs, or
+//! 504, and never asks another node or the origin for it, so asks cannot chain
+//! or loop; past `node.peer_fill_timeout` without an answer, or on any answer but
+//! the block, the origin is asked as before.
 //!
 //! The answer is held to what an origin fetch is held to: the version pinned by
 //! `If-Match` (and checked again on the answer's ETag: a copy of another version
@@ -13,9 +22,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
-use shoal::store::{collect, stall_guard, ObjectMeta};
+use shoal::store::{collect, stall_guard, GetObject, GetResponse, ObjectMeta};
 
 use super::NodeError;
 use crate::access::trace::PeerFill;
@@ -35,23 +45,70 @@ pub fn only_if_cached(headers: &http::HeaderMap) -> bool {
         .any(|d| d.trim().eq_ignore_ascii_case(ONLY_IF_CACHED))
 }
 
-/// The cluster as this node sees it, for asking runner-ups.
+/// How many nodes after the owner a miss of an owned block is asked of: its
+/// previous owner (the runner-up), and where bounded load spills the block
+/// when the owner is busy (the next ranked nodes), which may be fetching it
+/// from the origin right now ([`super::joined`]).
+pub const SPILL_RANKS: usize = 2;
+
+/// Which node a missed block is asked of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerRole {
+    /// The previous owner of a block this node owns: its runner-up (or a
+    /// leaving node handing its blocks back).
+    RunnerUp,
+    /// The owner of a block this node does not own.
+    Owner,
+}
+
+/// The cluster as this node sees it, for asking owners and runner-ups.
 pub struct Peers {
     pub reader: Arc<ClusterReader>,
-    /// This node's id in the cluster: only blocks it owns are asked for.
+    /// This node's id in the cluster: what it owns is asked of runner-ups,
+    /// what it does not of owners.
     pub self_id: String,
-    /// How long the runner-up has to start answering.
+    /// How long the node asked has to start answering.
     pub timeout: Duration,
     /// Longest the answer's body may pause once it started.
     pub stall: Duration,
     /// Clients of the other nodes for listings and HEADs ([`super::peer_meta`]).
     pub clients: super::peer_meta::PeerClients,
+    /// Blocks being asked of another node now ([`super::joined`]).
+    pub asking: super::joined::Asking,
 }
 
 impl Peers {
-    /// Block `bk` (of an object `size` bytes long, when known) from its runner-up,
-    /// into `into`: what the runner-up said of the version when it sent the block,
-    /// `None` (counted, and nothing written) when it did not.
+    /// Whether this node owns block `bk`.
+    pub fn owns(&self, bk: &BlockKey) -> bool {
+        self.reader
+            .ranked(&bk.bucket, &bk.key, bk.start(), 1)
+            .first()
+            .is_some_and(|o| *o == self.self_id)
+    }
+
+    /// The nodes to ask for block `bk` before the origin, and which they are:
+    /// its owner, or when that is this node the next [`SPILL_RANKS`] of its
+    /// ranking.
+    fn whom(&self, bk: &BlockKey) -> (Vec<String>, PeerRole) {
+        let mut ranked = self
+            .reader
+            .ranked(&bk.bucket, &bk.key, bk.start(), 1 + SPILL_RANKS);
+        match ranked.first() {
+            Some(owner) if *owner == self.self_id => {
+                ranked.remove(0);
+                (ranked, PeerRole::RunnerUp)
+            }
+            _ => {
+                ranked.truncate(1);
+                (ranked, PeerRole::Owner)
+            }
+        }
+    }
+
+    /// Block `bk` (of an object `size` bytes long, when known) from its owner,
+    /// or from its runner-up when this node owns it, into `into`: what that node
+    /// said of the version when it sent the block, `None` (counted, and nothing
+    /// written) when it did not.
     pub async fn fill(
         &self,
         bk: &BlockKey,
@@ -62,26 +119,27 @@ impl Peers {
         if self.timeout.is_zero() || !into.is_empty() {
             return None;
         }
-        let peer = self
-            .reader
-            .runner_up(&bk.bucket, &bk.key, bk.start(), &self.self_id)?;
-        self.fill_from(&peer, self.timeout, bk, size, into, metrics)
+        let (peers, role) = self.whom(bk);
+        if peers.is_empty() {
+            return None;
+        }
+        self.fill_from(&peers, role, self.timeout, (bk, size), into, metrics)
             .await
     }
 
-    /// [`Self::fill`] from node `peer`, which has `timeout` to start answering
-    /// (a leaving node handing its blocks back, say).
+    /// [`Self::fill`] from the first of nodes `peers` (`role` says which they
+    /// are) to answer with the block, each of which has `timeout` to start
+    /// answering (a leaving node handing its blocks back, say).
     pub async fn fill_from(
         &self,
-        peer: &str,
+        peers: &[String],
+        role: PeerRole,
         timeout: Duration,
-        bk: &BlockKey,
-        size: Option<u64>,
+        (bk, size): (&BlockKey, Option<u64>),
         into: &mut Fill<NodeError>,
         metrics: &Metrics,
     ) -> Option<ObjectMeta> {
-        let peer = peer.to_owned();
-        let start = bk.start();
+        let _asking = self.asking.enter(bk);
         let (mut req, want) = super::fetch::block_get(bk, size);
         shoal::store::ExtraHeaders::set_header(
             &mut req,
@@ -92,59 +150,119 @@ impl Peers {
         shoal::node_proto::set_cached_only(&mut req, true);
         // A node never forwards a request that passed through another.
         shoal::node_proto::set_hop(&mut req, 1);
-        let store = self.reader.node_store(&peer);
-        let result = match tokio::time::timeout(timeout, store.get_range(&req)).await {
-            Err(_) => Err(PeerFill::Timeout),
-            Ok(Err(e)) if shoal::node_proto::is_not_cached(&e) => Err(PeerFill::Miss),
-            Ok(Err(e)) => {
-                tracing::debug!(peer, key = %bk.key, "runner-up fill failed: {e}");
-                Err(PeerFill::Error)
-            }
-            Ok(Ok(mut resp)) => {
-                let got_want = want.unwrap_or_else(|| bk.len_in(resp.meta.size));
-                if resp.meta.etag != *bk.etag
-                    || resp.start != start
-                    || resp.end - resp.start != got_want
-                {
-                    tracing::warn!(
-                        peer,
-                        key = %bk.key,
-                        "runner-up answered {}..{} of {:?} for {start}+{got_want} of {:?}",
-                        resp.start,
-                        resp.end,
-                        resp.meta.etag,
-                        bk.etag
-                    );
-                    Err(PeerFill::Error)
-                } else {
-                    let meta = resp.meta.clone();
-                    resp.body = stall_guard(resp.body, self.stall, peer.clone());
-                    match collect(resp).await {
-                        Ok(b) if b.len() as u64 == got_want && into.push(&b).is_ok() => {
-                            metrics.peer_fill_bytes.inc_by(b.len() as u64);
-                            Ok(meta)
-                        }
-                        Ok(b) => {
-                            tracing::warn!(peer, key = %bk.key, "runner-up sent {} bytes of {got_want}", b.len());
-                            Err(PeerFill::Error)
-                        }
-                        Err(e) => {
-                            tracing::debug!(peer, key = %bk.key, "runner-up's body failed: {e}");
-                            Err(PeerFill::Error)
-                        }
-                    }
+        let mut asks: FuturesUnordered<_> = peers
+            .iter()
+            .map(|peer| self.ask(peer, role, timeout, &req, (bk, want)))
+            .collect();
+        // What the fill counts as when no node sends the block: the worst of
+        // their answers, a missing block being the least of them.
+        let mut result = Err(PeerFill::Miss);
+        while let Some(answer) = asks.next().await {
+            match answer {
+                Ok((peer, resp, got_want)) => {
+                    // The first answer with the block wins; the others are
+                    // dropped unanswered.
+                    drop(asks);
+                    result = self
+                        .take(&peer, role, resp, (bk, got_want), into, metrics)
+                        .await;
+                    break;
                 }
+                Err(r) => result = result.map_err(|worst| worse(worst, r)),
             }
-        };
+        }
         match result {
             Ok(meta) => {
-                metrics.peer_fill(PeerFill::Hit);
+                metrics.peer_fill(role, PeerFill::Hit);
                 Some(meta)
             }
             Err(r) => {
-                metrics.peer_fill(r);
+                metrics.peer_fill(role, r);
                 None
             }
         }
+    }
+
+    /// The answer of node `peer` to `req` (block `bk`, `want` bytes when the
+    /// object's size is known) if it is the block's: the right version and
+    /// range; with the peer and how many bytes the body must have.
+    async fn ask(
+        &self,
+        peer: &str,
+        role: PeerRole,
+        timeout: Duration,
+        req: &GetObject,
+        (bk, want): (&BlockKey, Option<u64>),
+    ) -> Result<(String, GetResponse, u64), PeerFill> {
+        let store = self.reader.node_store(peer);
+        let resp = match tokio::time::timeout(timeout, store.get_range(req)).await {
+            Err(_) => return Err(PeerFill::Timeout),
+            Ok(Err(e)) if shoal::node_proto::is_not_cached(&e) => return Err(PeerFill::Miss),
+            Ok(Err(e)) => {
+                tracing::debug!(peer, ?role, key = %bk.key, "peer fill failed: {e}");
+                return Err(PeerFill::Error);
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        let start = bk.start();
+        let got_want = want.unwrap_or_else(|| bk.len_in(resp.meta.size));
+        if resp.meta.etag != *bk.etag || resp.start != start || resp.end - resp.start != got_want {
+            tracing::warn!(
+                peer,
+                ?role,
+                key = %bk.key,
+                "peer answered {}..{} of {:?} for {start}+{got_want} of {:?}",
+                resp.start,
+                resp.end,
+                resp.meta.etag,
+                bk.etag
+            );
+            return Err(PeerFill::Error);
+        }
+        Ok((peer.to_owned(), resp, got_want))
+    }
+
+    /// The body of `peer`'s answer `resp` into `into`, which must be exactly
+    /// the block's `got_want` bytes.
+    async fn take(
+        &self,
+        peer: &str,
+        role: PeerRole,
+        mut resp: GetResponse,
+        (bk, got_want): (&BlockKey, u64),
+        into: &mut Fill<NodeError>,
+        metrics: &Metrics,
+    ) -> Result<ObjectMeta, PeerFill> {
+        let meta = resp.meta.clone();
+        resp.body = stall_guard(resp.body, self.stall, peer.to_owned());
+        match collect(resp).await {
+            Ok(b) if b.len() as u64 == got_want && into.push(&b).is_ok() => {
+                metrics.peer_fill_bytes(role, b.len() as u64);
+                Ok(meta)
+            }
+            Ok(b) => {
+                tracing::warn!(peer, ?role, key = %bk.key, "peer sent {} bytes of {got_want}", b.len());
+                Err(PeerFill::Error)
+            }
+            Err(e) => {
+                tracing::debug!(peer, ?role, key = %bk.key, "peer's body failed: {e}");
+                Err(PeerFill::Error)
+            }
+        }
+    }
+}
+
+/// The worse of two failed asks: an error, then a timeout, then a miss.
+fn worse(a: PeerFill, b: PeerFill) -> PeerFill {
+    let rank = |r: PeerFill| match r {
+        PeerFill::Error => 3,
+        PeerFill::Timeout => 2,
+        PeerFill::Miss => 1,
+        PeerFill::Hit => 0,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
     }
 }

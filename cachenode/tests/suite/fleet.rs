@@ -36,13 +36,26 @@ pub fn node_of_fleet(
     nodes: &[&str],
     cache: &str,
 ) -> NodeProcess {
+    node_of_cluster(dir, i, origin, listen, (nodes, ""), (cache, "150ms"))
+}
+
+/// [`node_of_fleet`] with `extra` keys in its `[cluster]` section (its mode)
+/// and `node.peer_fill_timeout` `peer_fill`.
+pub fn node_of_cluster(
+    dir: &Path,
+    i: usize,
+    origin: &Origin,
+    listen: &str,
+    (nodes, extra): (&[&str], &str),
+    (cache, peer_fill): (&str, &str),
+) -> NodeProcess {
     let toml = node_toml(
         origin,
         &format!(
-            "peer_fill_timeout = \"150ms\"\naccess_log = \"{}\"",
+            "peer_fill_timeout = \"{peer_fill}\"\naccess_log = \"{}\"",
             dir.join(format!("access{i}.log")).display()
         ),
-        &format!("[cache]\n{cache}\n{}", cluster_toml(nodes, "")),
+        &format!("[cache]\n{cache}\n{}", cluster_toml(nodes, extra)),
     )
     .replace(
         "listen = \"127.0.0.1:0\"",

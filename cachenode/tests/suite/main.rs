@@ -17,6 +17,7 @@ mod gateway;
 mod handover;
 mod hostile;
 mod hostile_clients;
+mod hot_object;
 mod hot_set;
 mod index_first;
 mod metadata;
