@@ -4,10 +4,11 @@
 //! Every request has a connect, first-byte and body-stall deadline; idempotent
 //! requests are retried with jittered exponential backoff on 5xx, throttling and
 //! transport errors. Keys are sent bytes-exact. One file per operation family
-//! (`object.rs`, `list.rs`, `write.rs`); all of them go through one call builder
-//! (`call.rs`); S3's error answers are mapped in `errors.rs`. GETs whose bodies
-//! go into a caller's buffer take `socket.rs` where the endpoint is plain HTTP
-//! with no proxy between.
+//! (`object.rs`, `list.rs`, `write.rs`); all of them build their requests with
+//! one call builder (`call.rs`) and send them one way (`send.rs`); S3's error
+//! answers are mapped in `errors.rs`. GETs whose bodies go into a caller's
+//! buffer take `socket.rs` where the endpoint is plain HTTP with no proxy
+//! between.
 
 mod call;
 mod chunked;
@@ -16,6 +17,7 @@ mod errors;
 mod list;
 mod object;
 mod options;
+mod send;
 mod sign;
 mod signatures;
 mod socket;
@@ -233,7 +235,7 @@ impl S3Client {
         Ok(Forwarded {
             status: resp.status().as_u16(),
             headers: resp.headers().clone(),
-            body: call::body_stream(
+            body: send::body_stream(
                 resp,
                 self.inner.opts.timeouts.stall,
                 self.inner.label.clone(),

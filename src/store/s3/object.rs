@@ -4,8 +4,9 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, Method};
 
-use super::call::{body_stream, Call};
+use super::call::Call;
 use super::encode::query_string;
+use super::send::body_stream;
 use super::{S3Client, Signer};
 use crate::store::{unquote_etag, GetObject, GetResponse, ObjectMeta, StoreError};
 

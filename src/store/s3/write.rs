@@ -6,7 +6,7 @@ use http::Method;
 use super::call::Call;
 use super::errors::{from_response, ErrorContext};
 use super::object::etag_header;
-use super::{call, encode, xml, Forwarded, S3Client};
+use super::{encode, send, xml, Forwarded, S3Client};
 use crate::store::{unquote_etag, StoreError};
 
 impl S3Client {
@@ -77,7 +77,7 @@ impl S3Client {
         Ok(Forwarded {
             status: resp.status().as_u16(),
             headers: resp.headers().clone(),
-            body: call::body_stream(
+            body: send::body_stream(
                 resp,
                 self.inner.opts.timeouts.stall,
                 self.inner.label.clone(),
