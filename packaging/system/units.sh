@@ -27,6 +27,7 @@ ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
 name=units-$$
 origin_pid=
 readers=()
+readers_stalled=0
 # shellcheck disable=SC2317 # run by the trap
 cleanup() {
   for p in "${readers[@]}"; do kill "$p" 2>/dev/null; done
@@ -100,12 +101,18 @@ echo "$calls $failed $slowest" >"$out"
 READER
 chmod +x "$(system_path /root)/reader.sh"
 
+# The longest a reader's call may take (a read of a whole file, held by a
+# handover or a restart of the server under it), in ms: a read that waits longer
+# has stalled, however it ends.
+stall_max_ms=${SHOAL_READ_STALL_MAX_MS:-10000}
 # readers_start DIR: four readers on the files under DIR; readers_stop prints
 # "calls failed slowest enotconn" over all four (not in a subshell: it waits
-# for this shell's children).
+# for this shell's children), a reader that made no progress or a call slower
+# than stall_max_ms counted as a failed call.
 readers_start() {
   rm -f "$(system_path /tmp)"/reader-*
   readers=()
+  readers_stalled=0
   local i
   for i in 1 2 3 4; do
     in_system /root/reader.sh /tmp/reader-stop "/tmp/reader-$i" "$1" "${files[@]}" &
@@ -114,7 +121,8 @@ readers_start() {
   readers_read 1
 }
 # readers_read N: returns once every reader has made N more calls (within 30 s),
-# so that what is measured happens with reads going on, before and after it.
+# so that what is measured happens with reads going on, before and after it;
+# fails, and marks the readers stalled, if one has not by then.
 readers_read() {
   local i want=() c
   for i in 1 2 3 4; do want+=($(($(reader_calls "$i") + $1))); done
@@ -126,7 +134,9 @@ readers_read() {
     [ "$c" = 4 ] && return 0
     sleep 0.05
   done
-  echo "     the readers made no progress" >&2
+  echo "     FAIL: $((4 - c)) of the readers made no progress in 30 s" >&2
+  readers_stalled=$((readers_stalled + 1))
+  return 1
 }
 # reader_calls I: reader I's calls so far (its file is empty for a moment as it
 # is rewritten).
@@ -138,7 +148,20 @@ reader_calls() {
 readers_stop() {
   readers_read 1
   touch "$(system_path /tmp)/reader-stop"
-  wait "${readers[@]}"
+  # A reader ends its pass over the files first: waited for as long as that
+  # may take, one stall per file at most, and then counted as stalled rather
+  # than waited on for ever.
+  local p grace=$((${#files[@]} * stall_max_ms / 1000 + 5))
+  local deadline=$((SECONDS + grace))
+  for p in "${readers[@]}"; do
+    while kill -0 "$p" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+      echo "     FAIL: a reader was still reading $grace s after it was told to stop" >&2
+      kill "$p" 2>/dev/null
+      readers_stalled=$((readers_stalled + 1))
+    fi
+    wait "$p" 2>/dev/null
+  done
   readers=()
   local dir calls=0 fails=0 slowest=0 c f s
   dir=$(system_path /tmp)
@@ -147,6 +170,13 @@ readers_stop() {
     calls=$((calls + c)); fails=$((fails + f))
     [ "$s" -gt "$slowest" ] && slowest=$s
   done
+  if [ "$readers_stalled" -gt 0 ]; then
+    fails=$((fails + readers_stalled))
+  fi
+  if [ "$slowest" -gt "$stall_max_ms" ]; then
+    echo "     FAIL: a read took $slowest ms, more than the $stall_max_ms ms a reader may stall" >&2
+    fails=$((fails + 1))
+  fi
   echo "$calls $fails $slowest $(cat "$dir"/reader-*.err 2>/dev/null | grep -c 'not connected')"
   cat "$dir"/reader-*.err 2>/dev/null | head -5 >&2
 }
