@@ -255,11 +255,7 @@ async fn a_private_ca_is_trusted_from_ca_bundle_or_aws_ca_bundle_and_for_cluster
         metric(&text, "shoal_node_cluster_fetches_total") >= 1.0,
         "fetched from the TLS node"
     );
-    assert_eq!(
-        metric(&text, "shoal_client_fallbacks_total"),
-        0.0,
-        "no origin fallback: the TLS node answered"
-    );
+    every_block_from_the_node(&text, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,11 +426,7 @@ async fn cluster_proxy_carries_node_traffic_and_aws_ca_bundle_trusts_cluster_tls
         metric(&text, "shoal_node_cluster_fetches_total") >= 1.0,
         "the gateway asked its owner"
     );
-    assert_eq!(
-        metric(&text, "shoal_client_fallbacks_total"),
-        0.0,
-        "no origin fallback: the TLS node answered through the proxy"
-    );
+    every_block_from_the_node(&text, 2);
     let tunnels = proxy.tunnels();
     assert!(
         tunnels
@@ -445,5 +437,20 @@ async fn cluster_proxy_carries_node_traffic_and_aws_ca_bundle_trusts_cluster_tls
     assert!(
         !proxy.seen().contains(&o.addr.to_string()),
         "origin traffic did not: cluster.proxy is the cluster's only"
+    );
+}
+
+/// That a gateway's `blocks` cluster blocks all came from its node, none from the
+/// origin: counted as the node's (a series that must be there), and no fallback
+/// of any cause (a family left off the page until its first count).
+fn every_block_from_the_node(text: &str, blocks: u64) {
+    assert_eq!(
+        metric(text, "shoal_client_blocks_total{source=\"node\"}"),
+        blocks as f64,
+        "blocks from the node:\n{text}"
+    );
+    assert!(
+        !text.contains("shoal_client_fallbacks_total{"),
+        "a block fell back to the origin:\n{text}"
     );
 }

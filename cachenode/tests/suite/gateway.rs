@@ -56,8 +56,10 @@ async fn writer_and_reader(
     (owners, a, b)
 }
 
+/// A labelled counter appears at its first count: until then 0, if its family
+/// is on the page at all.
 async fn value(addr: SocketAddr, series: &str) -> f64 {
-    metric(&scrape(addr).await, series)
+    metric_or_zero(&scrape(addr).await, series)
 }
 
 /// Polls a metric until it reaches `want` (never a blind sleep).
@@ -201,7 +203,7 @@ async fn gateways_listing_each_other_forward_at_most_once() {
         // What arrived from the other gateway was served, never sent back.
         assert!(metric(&text, "shoal_node_hop_limited_total") > 0.0);
         assert_eq!(
-            metric(&text, "shoal_node_forwarded_total{hop=\"1\"}"),
+            metric_or_zero(&text, "shoal_node_forwarded_total{hop=\"1\"}"),
             0.0,
             "{}: a forwarded request was forwarded again",
             n.addr
@@ -224,7 +226,7 @@ async fn gateways_listing_each_other_forward_at_most_once() {
         let text = scrape(n.addr).await;
         assert!(metric(&text, "shoal_node_owned_misses_total") > 0.0);
         assert_eq!(
-            metric(
+            metric_or_zero(
                 &text,
                 &format!("shoal_client_node_requests_total{{node=\"{}\"}}", n.addr)
             ),
@@ -369,6 +371,9 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
     for id in &ids {
         assert_eq!(get(*id, "p/a", None).await.unwrap(), old);
     }
+    // Every node learned the version before this instant: a read starting
+    // max_age after it finds the node's knowledge older than max_age, however
+    // slowly the machine got here.
     let learned = Instant::now();
     let new = data(100_001, 37);
     origin.put(BUCKET, "p/a", new.clone());
@@ -406,7 +411,7 @@ async fn purge_reaches_every_node_and_a_paused_one_expires_after_max_age() {
         }
         assert_eq!(got, old, "neither version");
         assert!(
-            asked < Duration::from_millis(2100),
+            asked < Duration::from_secs(2),
             "stale {asked:?} after it learned the object (max_age 2 s)"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -438,7 +443,7 @@ async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
     for n in [&n1, &n2] {
         let t = scrape(n.addr).await;
         assert_eq!(metric(&t, "shoal_node_cluster_fetches_total"), 0.0);
-        filled += metric(&t, "shoal_node_peer_fills_total{result=\"hit\"}");
+        filled += metric_or_zero(&t, "shoal_node_peer_fills_total{result=\"hit\"}");
     }
     let gets = origin.stats.snapshot().gets_of(BUCKET, "e/obj") as f64;
     assert_eq!(
@@ -497,9 +502,14 @@ async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
     assert_eq!(metric(&t, "shoal_node_cache_bytes{tier=\"ram\"}"), 0.0);
     assert_eq!(blocks_on_disk(), 0);
 
-    // A matched key is cached, in its rule's blocks, until its ttl.
-    let fetched = Instant::now();
+    // A matched key is cached, in its rule's blocks, until its ttl. The ttl runs
+    // from the blocks' fetch, somewhere between these two instants: a read that
+    // starts a ttl after `fetched` may find them expired, and one that ends
+    // less than a ttl after `before` may not; how long the fetch itself took on
+    // a busy machine does not matter.
+    let before = Instant::now();
     assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
+    let fetched = Instant::now();
     assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
     assert_eq!(
         origin.stats.snapshot().gets_of(BUCKET, "hot/z"),
@@ -508,14 +518,14 @@ async fn rules_pass_unmatched_keys_through_and_expire_matched_ones() {
     );
     assert_eq!(blocks_on_disk(), 5);
     // Read until the blocks come from the origin again: never before the ttl
-    // (1 s), always by a read that starts a little after it.
+    // (1 s), always by a read that starts after it.
     loop {
         let asked = fetched.elapsed();
         assert_eq!(get(node.addr, "hot/z", None).await.unwrap(), body);
-        let done = fetched.elapsed();
+        let done = before.elapsed();
         match origin.stats.snapshot().gets_of(BUCKET, "hot/z") {
             5 => assert!(
-                asked < Duration::from_millis(1100),
+                asked < Duration::from_secs(1),
                 "still cached {asked:?} after it was fetched (ttl 1 s)"
             ),
             10 => {
@@ -657,8 +667,8 @@ async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_
     };
     assert_eq!(in_a, 6.0, "zone a's nodes fetched every block");
     let asked = |t: &str| {
-        metric(t, "shoal_node_misses_total{tier=\"ram\"}")
-            + metric(t, "shoal_node_hits_total{tier=\"ram\"}")
+        metric_or_zero(t, "shoal_node_misses_total{tier=\"ram\"}")
+            + metric_or_zero(t, "shoal_node_hits_total{tier=\"ram\"}")
     };
     assert_eq!(
         asked(&scrape(b_node.addr).await),
@@ -794,14 +804,10 @@ async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
     assert!(r.status() == 400 || r.status() == 403, "{}", r.status());
     // Still cached: nothing was purged.
     let t = scrape(node.addr).await;
-    assert_eq!(
-        metric(&t, "shoal_node_invalidations_total{kind=\"fanout\"}"),
-        0.0
-    );
-    assert_eq!(
-        metric(&t, "shoal_node_invalidations_total{kind=\"local\"}"),
-        0.0
-    );
+    for kind in ["fanout", "local"] {
+        let series = format!("shoal_node_invalidations_total{{kind=\"{kind}\"}}");
+        assert_eq!(metric_or_zero(&t, &series), 0.0, "{t}");
+    }
     origin.stats.reset();
     get(node.addr, "keep/a", None).await.unwrap();
     assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "keep/a"), 0);
@@ -954,7 +960,7 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
     let t = scrape(gw.addr).await;
     assert_eq!(metric(&t, "shoal_node_cluster_fetches_total"), 0.0);
     assert_eq!(
-        metric(&t, "shoal_client_blocks_total{source=\"node\"}"),
+        metric_or_zero(&t, "shoal_client_blocks_total{source=\"node\"}"),
         0.0
     );
     // A missing key is an answer from the owner, not a fallback.
@@ -963,7 +969,7 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
         .await;
     assert!(matches!(missing, Err(ref e) if matches!(e.cause(), StoreError::NoSuchKey { .. })));
     assert_eq!(
-        metric(
+        metric_or_zero(
             &scrape(gw.addr).await,
             "shoal_client_fallbacks_total{cause=\"error\"}"
         ),

@@ -465,7 +465,7 @@ async fn origin_fetches(node: &NodeProcess) -> f64 {
     ["block", "range", "object"]
         .iter()
         .map(|k| {
-            metric(
+            metric_or_zero(
                 &page,
                 &format!("shoal_node_origin_requests_total{{kind=\"{k}\"}}"),
             )
@@ -476,8 +476,8 @@ async fn origin_fetches(node: &NodeProcess) -> f64 {
 /// Block lookups a node answered from its RAM or disk tier.
 async fn node_hits(node: &NodeProcess) -> f64 {
     let page = scrape(&node.addr).await;
-    metric(&page, "shoal_node_hits_total{tier=\"ram\"}")
-        + metric(&page, "shoal_node_hits_total{tier=\"disk\"}")
+    metric_or_zero(&page, "shoal_node_hits_total{tier=\"ram\"}")
+        + metric_or_zero(&page, "shoal_node_hits_total{tier=\"disk\"}")
 }
 
 /// Publishes `data/` at a fresh target of pod `pod`, reads every file of it
