@@ -73,13 +73,17 @@ async fn no_key_writes_outside_the_data_dir() {
         "..\\..\\win",
         "x/./y",
     ];
+    let mut served = 0;
     for k in keys {
         origin.put(BUCKET, k, data(10, 2));
         // Either refused (dot segments) or served, but any file is under data_dir.
-        let _ = c
+        let got = c
             .get_bytes(&GetObject::new(BUCKET, k).range(ByteRange::span(0, 10)))
             .await;
+        served += usize::from(got.is_ok());
     }
+    // Keys that were only refused would leave no file to check.
+    assert!(served > 0, "none of {keys:?} was served");
     let all_files = || {
         let mut files = Vec::new();
         let mut stack = vec![dir.path().to_path_buf()];
@@ -94,17 +98,29 @@ async fn no_key_writes_outside_the_data_dir() {
         }
         files
     };
-    // Blocks reach the disk after their answer has gone: wait for the writes.
-    wait_for("the block writes end", Duration::from_secs(10), || async {
-        let files = all_files();
-        let tmp = |f: &std::path::PathBuf| {
-            f.extension()
-                .is_some_and(|e| e.to_string_lossy().ends_with("tmp"))
-        };
-        !files.is_empty() && !files.iter().any(tmp)
-    })
+    let blocks = |files: &[std::path::PathBuf]| {
+        files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "blk"))
+            .count()
+    };
+    // Blocks reach the disk after their answer has gone: wait for every key
+    // served to have its one block file, and for no write to be under way.
+    wait_for(
+        "a block file for every key served",
+        Duration::from_secs(10),
+        || async {
+            let files = all_files();
+            let tmp = |f: &std::path::PathBuf| {
+                f.extension()
+                    .is_some_and(|e| e.to_string_lossy().ends_with("tmp"))
+            };
+            blocks(&files) == served && !files.iter().any(tmp)
+        },
+    )
     .await;
     let files = all_files();
+    assert_eq!(blocks(&files), served, "block files, one per key served");
     // The versions the tier knows have a fixed name; every other file is a block.
     for f in files
         .iter()
