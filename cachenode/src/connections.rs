@@ -19,12 +19,15 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use shoal::log_limit::{more, LogLimit};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+// The runtime's clock, which its timers wait on too: a test that pauses it
+// sees the idle limit exactly, with no real seconds spent.
+use tokio::time::Instant;
 
 /// What `[node]` sets for client connections.
 #[derive(Clone, Debug)]
@@ -206,7 +209,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn idle_completes_only_after_a_quiet_stretch() {
         let a = Activity::new();
         let t0 = Instant::now();
@@ -214,15 +217,18 @@ mod tests {
             let a = a.clone();
             tokio::spawn(async move { a.idle(Duration::from_millis(300)).await })
         };
-        for _ in 0..4 {
+        // Bytes every 100 ms keep it waiting.
+        for i in 0..4 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             a.touch();
+            assert!(!waiter.is_finished(), "idle after {i} touches");
         }
+        // Then 300 ms of quiet from the last, at 400 ms.
         waiter.await.unwrap();
+        let quiet = t0.elapsed();
         assert!(
-            t0.elapsed() >= Duration::from_millis(650),
-            "{:?}",
-            t0.elapsed()
+            quiet >= Duration::from_millis(700) && quiet < Duration::from_millis(710),
+            "{quiet:?}"
         );
     }
 }
