@@ -48,9 +48,13 @@ impl RamTier {
     /// A tier of at most `capacity` bytes in `shards` shards (at least one).
     pub fn new(capacity: u64, shards: usize, evicting: &Evicting) -> RamTier {
         let shards = shards.max(1);
+        let per_shard = Evicting {
+            small_floor: evicting.small_floor / shards as u64,
+            ..evicting.clone()
+        };
         RamTier {
             shards: (0..shards)
-                .map(|_| Mutex::new(evicting.build(capacity / shards as u64)))
+                .map(|_| Mutex::new(per_shard.build(capacity / shards as u64)))
                 .collect(),
             capacity,
             used: AtomicU64::new(0),

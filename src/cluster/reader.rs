@@ -136,7 +136,10 @@ impl ClusterReader {
                 opts.ram_bytes,
                 block_size,
                 opts.disk.clone(),
-                &opts.evicting,
+                &crate::blocks::Evicting {
+                    small_floor: (limit as u64 + 1) * block_size,
+                    ..opts.evicting.clone()
+                },
             ),
             budget: Budget {
                 slots: Arc::new(Semaphore::new(limit)),

@@ -69,6 +69,7 @@ impl Config {
             policy: self.cache.policy,
             pinned,
             pin_share_per_mille: self.cache.pin_share_per_mille,
+            small_floor: 0,
         }
     }
 

@@ -80,8 +80,18 @@ impl PolicyKind {
         K: Hash + Eq + Clone + Send + 'static,
         V: Send + 'static,
     {
+        self.build_with_floor(capacity, 0)
+    }
+
+    /// [`Self::build`], new blocks given at least `small_floor` bytes to be
+    /// read again in (see [`S3Fifo::with_floor`]).
+    pub fn build_with_floor<K, V>(self, capacity: u64, small_floor: u64) -> Box<dyn Eviction<K, V>>
+    where
+        K: Hash + Eq + Clone + Send + 'static,
+        V: Send + 'static,
+    {
         match self {
-            PolicyKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
+            PolicyKind::S3Fifo => Box::new(S3Fifo::with_floor(capacity, small_floor)),
             PolicyKind::Lru => Box::new(Lru::new()),
         }
     }
@@ -114,6 +124,9 @@ pub struct Evicting {
     /// Blocks kept out of eviction within `pin_share_per_mille` of the tier.
     pub pinned: Option<PinFn<BlockKey>>,
     pub pin_share_per_mille: u64,
+    /// Bytes new blocks have at least before they may go unread again: what
+    /// a reader of this tier fetches ahead of itself.
+    pub small_floor: u64,
 }
 
 impl Evicting {
@@ -126,7 +139,7 @@ impl Evicting {
 
     /// An empty policy for (a shard of) a tier of `capacity` bytes.
     pub fn build<V: Send + 'static>(&self, capacity: u64) -> Box<dyn Eviction<BlockKey, V>> {
-        let inner = self.policy.build(capacity);
+        let inner = self.policy.build_with_floor(capacity, self.small_floor);
         match &self.pinned {
             Some(pin) => Box::new(Pinned::new(
                 inner,

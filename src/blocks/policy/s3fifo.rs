@@ -59,12 +59,23 @@ pub struct S3Fifo<K, V> {
     ghosts: Map<K, u64>,
     ghost_bytes: u64,
     capacity: u64,
+    /// The small queue's least share, in bytes: a reader's blocks in flight.
+    floor: u64,
     next_seq: u64,
 }
 
 impl<K: Hash + Eq + Clone, V> S3Fifo<K, V> {
     pub fn new(capacity: u64) -> Self {
+        Self::with_floor(capacity, 0)
+    }
+
+    /// A policy whose small queue holds at least `floor` bytes (up to half
+    /// the tier): blocks fetched ahead of a reader wait there for it, and a
+    /// window of them larger than a tenth of the tier would otherwise push
+    /// its own first blocks out before they are read.
+    pub fn with_floor(capacity: u64, floor: u64) -> Self {
         S3Fifo {
+            floor,
             entries: Map::default(),
             small: VecDeque::new(),
             main: VecDeque::new(),
@@ -85,6 +96,7 @@ impl<K: Hash + Eq + Clone, V> S3Fifo<K, V> {
     fn small_target(&self) -> u64 {
         (self.capacity / 10 * SMALL_TENTHS)
             .max(2 * self.largest)
+            .max(self.floor)
             .min(self.capacity / 2)
     }
 

@@ -159,3 +159,24 @@ fn pins_past_their_budget_yield_the_least_recently_used_first() {
     let kept: Vec<u64> = (0..40).filter(|k| t.policy.contains(k)).collect();
     assert_eq!(kept, (15..40).collect::<Vec<_>>());
 }
+
+#[test]
+fn blocks_fetched_ahead_wait_for_their_reader_within_the_floor() {
+    // A tier of 100 whose main queue is full of blocks read again; a reader
+    // 30 blocks ahead of itself (past a tenth of the tier) loses none of them
+    // before it reads them with a floor of 31 (the window and the block
+    // arriving), and its first ones without.
+    let run = |floor: u64| {
+        let mut p: Box<dyn Eviction<u64, ()>> = PolicyKind::S3Fifo.build_with_floor(100, floor);
+        let mut t = Tier::new(std::mem::replace(&mut p, PolicyKind::Lru.build(0)), 100);
+        for _ in 0..2 {
+            (0..100).for_each(|k| t.read(k, 1));
+        }
+        for k in 1000..1030 {
+            t.read(k, 1);
+        }
+        (1000..1030).filter(|k| !t.policy.contains(k)).count()
+    };
+    assert_eq!(run(31), 0);
+    assert!(run(0) > 0);
+}
