@@ -132,6 +132,8 @@ impl ClusterReader {
                 metrics: metrics.clone(),
             },
             cluster: p.cluster,
+            // What is fetched ahead of readers waits in the RAM tier's small
+            // queue for them, whatever else the tier holds.
             tiers: Tiers::evicting(
                 opts.ram_bytes,
                 block_size,

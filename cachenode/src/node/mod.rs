@@ -61,11 +61,11 @@ pub struct NodeOptions {
     pub disk: Option<(std::path::PathBuf, u64)>,
     /// The caching rules; keys no rule sizes get `block_size` blocks.
     pub rules: Vec<shoal::config::CacheRule>,
+    /// How the RAM and disk tiers give blocks up.
+    pub evicting: shoal::blocks::Evicting,
     /// A gateway's cluster: misses go to owners through it.
     pub upstream: Option<Upstream>,
     /// A node that knows its cluster: misses of blocks it owns are asked of
-    /// How the RAM and disk tiers give blocks up.
-    pub evicting: shoal::blocks::Evicting,
     /// their runner-up first.
     pub peers: Option<Peers>,
     /// Requests per origin read, the first included (a cut body is resumed).
@@ -143,10 +143,10 @@ impl Node {
                 largest,
                 disk.clone()
                     .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
+                &o.evicting,
             ),
             disk_tier: disk,
             versions,
-                &o.evicting,
             disk_dir: o.disk.as_ref().filter(|d| d.1 > 0).map(|d| d.0.clone()),
             rules: Rules::new(o.rules, o.block_size),
             metadata: MetadataCache::new(o.metadata_ttl, o.metadata_size),
