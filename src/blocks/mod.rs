@@ -32,8 +32,8 @@ pub use flight::{FlightError, Flights, Joined};
 pub use growing::{Filler, Growing, Overflow};
 pub use keep::{keep_on_disk, Kept};
 pub use key::BlockKey;
-pub use pool::{Buffer, BufferPool, PoolStats};
 pub use policy::Evicting;
+pub use pool::{Buffer, BufferPool, PoolStats};
 pub use ram::RamTier;
 pub use tiers::{Arriving, Block, Fill, Part, Served, Tiers};
 

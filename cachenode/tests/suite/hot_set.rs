@@ -93,7 +93,9 @@ async fn working_set_after_a_scan(policy: &str) -> f64 {
         read(&node, k, b).await;
     }
     let share = (sent(&origin) - before) as f64 / (64 * MB) as f64;
-    eprintln!("{policy}: the working set read again after the scan cost the origin {share:.3}x its size");
+    eprintln!(
+        "{policy}: the working set read again after the scan cost the origin {share:.3}x its size"
+    );
     share
 }
 
