@@ -203,37 +203,34 @@ impl<K: Hash + Eq + Clone, V> S3Fifo<K, V> {
         self.ghost_bytes -= dropped;
     }
 
-    /// One step of eviction from the small queue: the block that left, or
-    /// None if the head moved on (to the main queue, or was a stale slot).
-    fn step_small(&mut self) -> Option<(K, V)> {
-        let (key, seq) = self.small.pop_front()?;
+    /// One step of eviction from the head of `queue`: the block that left,
+    /// or None if the head moved on (or was a stale slot). A block used while
+    /// in the small queue moves to the main one, its uses kept; one at the
+    /// main queue's head spends a use for another round.
+    fn step(&mut self, queue: Queue) -> Option<(K, V)> {
+        let (key, seq) = match queue {
+            Queue::Small => self.small.pop_front(),
+            Queue::Main => self.main.pop_front(),
+        }?;
         if !self.live(&key, seq) {
             return None;
         }
         let e = self.entries.get_mut(&key).expect("live");
-        self.small_bytes -= e.weight;
+        match queue {
+            Queue::Small => self.small_bytes -= e.weight,
+            Queue::Main => self.main_bytes -= e.weight,
+        }
         if e.freq > 0 {
+            if queue == Queue::Main {
+                e.freq -= 1;
+            }
             self.enqueue(key, Queue::Main);
             return None;
         }
         let e = self.entries.remove(&key).expect("live");
-        self.remember(key.clone(), e.weight);
-        Some((key, e.value))
-    }
-
-    fn step_main(&mut self) -> Option<(K, V)> {
-        let (key, seq) = self.main.pop_front()?;
-        if !self.live(&key, seq) {
-            return None;
+        if queue == Queue::Small {
+            self.remember(key.clone(), e.weight);
         }
-        let e = self.entries.get_mut(&key).expect("live");
-        self.main_bytes -= e.weight;
-        if e.freq > 0 {
-            e.freq -= 1;
-            self.enqueue(key, Queue::Main);
-            return None;
-        }
-        let e = self.entries.remove(&key).expect("live");
         Some((key, e.value))
     }
 }
@@ -297,19 +294,21 @@ impl<K: Hash + Eq + Clone + Send, V: Send> Eviction<K, V> for S3Fifo<K, V> {
     }
 
     fn pop_victim(&mut self) -> Option<(K, V)> {
-        while !self.entries.is_empty() {
+        // By slots, not bytes: blocks of no bytes (an empty object's) are
+        // given up too, and every step takes a slot off a queue.
+        while !(self.small.is_empty() && self.main.is_empty()) {
             // The small queue gives way once it holds its share (or nothing
             // else is left); until then the main queue does, so new blocks
             // get their tenth of the tier to prove themselves in.
-            let from_small = self.small_bytes > 0
-                && (self.small_bytes >= self.small_target() || self.main_bytes == 0);
-            let out = if from_small {
-                self.step_small()
+            let from_small = !self.small.is_empty()
+                && (self.small_bytes >= self.small_target() || self.main.is_empty());
+            let queue = if from_small {
+                Queue::Small
             } else {
-                self.step_main()
+                Queue::Main
             };
-            if out.is_some() {
-                return out;
+            if let Some(out) = self.step(queue) {
+                return Some(out);
             }
         }
         None

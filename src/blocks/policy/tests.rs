@@ -180,3 +180,14 @@ fn blocks_fetched_ahead_wait_for_their_reader_within_the_floor() {
     assert_eq!(run(31), 0);
     assert!(run(0) > 0);
 }
+
+#[test]
+fn blocks_of_no_bytes_are_given_up_too() {
+    let mut p = S3Fifo::new(10);
+    p.insert(1u64, (), 0);
+    p.insert(2, (), 0);
+    p.get(&2);
+    assert_eq!(p.pop_victim().map(|v| v.0), Some(1));
+    assert_eq!(p.pop_victim().map(|v| v.0), Some(2));
+    assert_eq!(p.pop_victim(), None);
+}
