@@ -52,6 +52,34 @@ async fn read(node: &NodeProcess, key: &str, want: &Bytes) {
     assert!(got == *want, "{key}: other bytes");
 }
 
+/// `n` objects `PREFIX/i` of `mb` MiB each, put at the origin.
+fn objects(origin: &Origin, prefix: &str, n: u64, mb: usize, seed: u64) -> Vec<(String, Bytes)> {
+    (0..n)
+        .map(|i| {
+            let (k, b) = (format!("{prefix}/{i}"), data(mb * MB, seed + i));
+            origin.put(BUCKET, &k, b.clone());
+            (k, b)
+        })
+        .collect()
+}
+
+/// 50 objects `scan/i` of 16 MiB, put at the origin: distinct objects of the
+/// same bytes, distinct blocks to a cache.
+fn scan_objects(origin: &Origin, seed: u64) -> Bytes {
+    let scan = data(16 * MB, seed);
+    for i in 0..50 {
+        origin.put(BUCKET, &format!("scan/{i}"), scan.clone());
+    }
+    scan
+}
+
+/// One pass over [`scan_objects`].
+async fn scan_once(node: &NodeProcess, scan: &Bytes) {
+    for i in 0..50 {
+        read(node, &format!("scan/{i}"), scan).await;
+    }
+}
+
 fn sent(origin: &Origin) -> u64 {
     origin.stats.snapshot().body_bytes_sent
 }
@@ -60,17 +88,8 @@ fn sent(origin: &Origin) -> u64 {
 async fn working_set_after_a_scan(policy: &str) -> f64 {
     let origin = origin().await;
     let dir = tempfile::tempdir().unwrap();
-    let hot: Vec<(String, Bytes)> = (0..8)
-        .map(|i| (format!("hot/{i}"), data(8 * MB, 100 + i)))
-        .collect();
-    for (k, b) in &hot {
-        origin.put(BUCKET, k, b.clone());
-    }
-    // Distinct objects of the same bytes: distinct blocks to a cache.
-    let scan = data(16 * MB, 7);
-    for i in 0..50 {
-        origin.put(BUCKET, &format!("scan/{i}"), scan.clone());
-    }
+    let hot = objects(&origin, "hot", 8, 8, 100);
+    let scan = scan_objects(&origin, 7);
     let node = node(
         &origin,
         dir.path(),
@@ -85,9 +104,7 @@ async fn working_set_after_a_scan(policy: &str) -> f64 {
             read(&node, k, b).await;
         }
     }
-    for i in 0..50 {
-        read(&node, &format!("scan/{i}"), &scan).await;
-    }
+    scan_once(&node, &scan).await;
     let before = sent(&origin);
     for (k, b) in &hot {
         read(&node, k, b).await;
@@ -112,17 +129,9 @@ async fn a_scan_of_five_times_the_cache_leaves_the_working_set_in_it() {
 async fn a_pinned_prefix_outlasts_a_scan_of_twenty_times_the_cache() {
     let origin = origin().await;
     let dir = tempfile::tempdir().unwrap();
-    let pinned: Vec<(String, Bytes)> = (0..2)
-        .map(|i| (format!("model/{i}"), data(4 * MB, 200 + i)))
-        .collect();
-    for (k, b) in &pinned {
-        origin.put(BUCKET, k, b.clone());
-    }
-    let scan = data(16 * MB, 8);
+    let pinned = objects(&origin, "model", 2, 4, 200);
     // 8 MiB of RAM and 32 MiB of disk: 20x is 800 MiB.
-    for i in 0..50 {
-        origin.put(BUCKET, &format!("scan/{i}"), scan.clone());
-    }
+    let scan = scan_objects(&origin, 8);
     let rules = format!(
         "[[rules]]\npattern = \"{BUCKET}/model/**\"\npin = true\n[[rules]]\npattern = \"**\"\n"
     );
@@ -131,9 +140,7 @@ async fn a_pinned_prefix_outlasts_a_scan_of_twenty_times_the_cache() {
     for (k, b) in &pinned {
         read(&node, k, b).await;
     }
-    for i in 0..50 {
-        read(&node, &format!("scan/{i}"), &scan).await;
-    }
+    scan_once(&node, &scan).await;
     let (gets, before) = (origin.stats.snapshot().object_gets(), sent(&origin));
     for (k, b) in &pinned {
         read(&node, k, b).await;
