@@ -50,9 +50,26 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# build_baseline REV BIN: binary BIN (its package's name too) of revision REV,
+# built from its own tree with a target dir of its own (kept between runs);
+# prints the binary's path.
+build_baseline() {
+  local rev dir name=$2
+  rev=$(git -C "$root" rev-parse --short=12 "$1^{commit}")
+  dir="$root/target/baseline-$rev"
+  if [ ! -x "$dir/target/release/$name" ]; then
+    echo "building $name at $rev (once, into $dir)" >&2
+    rm -rf "$dir/src"; mkdir -p "$dir/src"
+    git -C "$root" archive "$rev" | tar -x -C "$dir/src"
+    (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --release --quiet -p "$name") >&2
+  fi
+  echo "$dir/target/release/$name"
+}
+
 # start_node NAME [EXTRA_TOML]: starts a shoal-node; sets $node (host:port).
 # $NODE_RAM (its RAM tier, 2GiB), $NODE_CACHE (more keys of its [cache] section)
-# and $NODE_CPUS (taskset's list) if set.
+# and $NODE_CPUS (taskset's list) if set; $NODE_BIN
+# (another build's shoal-node) instead of this tree's.
 start_node() {
   local name=$1 extra=${2:-} port
   port=$(free_port)
@@ -73,7 +90,7 @@ access_key_id = "$NODE_KEY"
 secret_access_key = "$NODE_SECRET"
 $extra
 TOML
-  ${NODE_CPUS:+taskset -c "$NODE_CPUS"} env RUST_LOG=warn "$bin/shoal-node" --config "$work/$name.toml" 2>"$work/$name.log" &
+  ${NODE_CPUS:+taskset -c "$NODE_CPUS"} env RUST_LOG=warn "${NODE_BIN:-$bin/shoal-node}" --config "$work/$name.toml" 2>"$work/$name.log" &
   pids+=($!); node_pids+=($!)
   for _ in $(seq 200); do
     curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break

@@ -18,7 +18,11 @@
 #
 # The origin of the cold passes is nginx serving the file with sendfile (its
 # own CPU is not counted); a node signs its requests, which nginx ignores.
-# Knobs: SIZE_MB (1024), SECONDS_EACH (5), CONC (8).
+# With BASELINE_REV (a git revision: its shoal-node, built once into
+# target/baseline-REV), a second node of that build serves the same passes
+# beside this tree's: cold with its RAM tier full, then warm, ROUNDS (3) rounds
+# in turns, best of each; the ratios are this tree's over the baseline's.
+# Knobs: SIZE_MB (1024), SECONDS_EACH (5), CONC (8), BASELINE_REV, ROUNDS (3).
 source "$(dirname "$0")/lib.sh"
 SIZE_MB=${SIZE_MB:-1024}
 SECONDS_EACH=${SECONDS_EACH:-5}
@@ -96,6 +100,12 @@ nginx_conf proxy "$pport" "
 # (the warm pass's), not two.
 NODE_RAM="$((SIZE_MB + 128))MiB" start_node n1
 shoal=$node
+BASELINE_REV=${BASELINE_REV:-}
+ROUNDS=${ROUNDS:-3}
+if [ -n "$BASELINE_REV" ]; then
+  NODE_BIN=$(build_baseline "$BASELINE_REV" shoal-node) NODE_RAM="$((SIZE_MB + 128))MiB" start_node n0
+  base=$node
+fi
 
 # pass NAME ENDPOINT PIDS FLAGS...: one s3_load pass over $KEY (obj.bin);
 # prints "MB/s ms-per-GiB".
@@ -128,6 +138,23 @@ read -r direct direct_cpu <<<"$(LOAD_KEY=$ORIGIN_KEY LOAD_SECRET=$SHOAL_ORIGIN_S
   pass direct "$test_origin" "${pids[0]}" --seconds "$SECONDS_EACH")"
 check "$node_fill" "$proxy_fill" "$node_cold" "$proxy_cold" "$node_warm" "$static_warm" "$proxy_warm" "$direct"
 
+# best A B: the better of two "MB/s ms-per-GiB" pairs (most MB/s, least CPU).
+best() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+  if (a == "") { print b; exit } printf "%s %s\n", (x[1] > y[1] ? x[1] : y[1]), (x[2] < y[2] ? x[2] : y[2]) }'; }
+if [ -n "$BASELINE_REV" ]; then
+  base_pid=${node_pids[1]}
+  read -r base_fill base_fill_cpu <<<"$(KEY=fill.bin pass base-fill "$base" "$base_pid" --once)"
+  read -r base_cold base_cold_cpu <<<"$(pass base-cold "$base" "$base_pid" --once)"
+  check "$base_fill" "$base_cold"
+  this="" that=""
+  for _ in $(seq "$ROUNDS"); do
+    r=$(pass node-warm "$shoal" "$node_pid" --seconds "$SECONDS_EACH"); check "$r"; this=$(best "$this" "$r")
+    r=$(pass base-warm "$base" "$base_pid" --seconds "$SECONDS_EACH"); check "$r"; that=$(best "$that" "$r")
+  done
+  read -r node_best node_best_cpu <<<"$this"
+  read -r base_warm base_warm_cpu <<<"$that"
+fi
+
 echo "node: 1 MiB ranged GETs, $CONC connections, ${SIZE_MB} MiB object; servers on core $SERVICE_CPUS, clients on core $READER_CPUS"
 printf '%-44s %10s %16s\n' "server" "MB/s" "CPU ms per GiB"
 printf '%-44s %10s %16s\n' "shoal-node, cold, RAM tier filling" "$node_fill" "$node_fill_cpu"
@@ -144,3 +171,13 @@ printf '%-60s %10s %10s\n' "cold CPU per GiB, full: node / nginx proxy_cache + s
 printf '%-60s %10s %10s\n' "warm CPU per GiB: node / nginx sendfile" "$(ratio "$node_warm_cpu" "$static_warm_cpu")" "<= 1.2"
 printf '%-60s %10s %10s\n' "warm MB/s: node / nginx sendfile" "$(ratio "$node_warm" "$static_warm")" ""
 printf '%-60s %10s %10s\n' "warm MB/s: node / nginx proxy_cache + slice" "$(ratio "$node_warm" "$proxy_warm")" ""
+if [ -n "$BASELINE_REV" ]; then
+  echo
+  echo "this tree's node against $BASELINE_REV's (warm: best of $ROUNDS rounds in turns)"
+  printf '%-44s %10s %16s\n' "pass" "MB/s ratio" "CPU/GiB ratio"
+  printf '%-44s %10s %16s\n' "cold, RAM tier full ($node_cold vs $base_cold MB/s)" \
+    "$(ratio "$node_cold" "$base_cold")" "$(ratio "$node_cold_cpu" "$base_cold_cpu")"
+  printf '%-44s %10s %16s\n' "warm ($node_best vs $base_warm MB/s)" \
+    "$(ratio "$node_best" "$base_warm")" "$(ratio "$node_best_cpu" "$base_warm_cpu")"
+  echo "CPU ms per GiB, warm: this tree $node_best_cpu, baseline $base_warm_cpu; cold: $node_cold_cpu, $base_cold_cpu"
+fi

@@ -44,22 +44,8 @@ FB_FILES=${FB_FILES:-7}
 BASELINE_REV=${BASELINE_REV:-}
 BASELINE_ONLY=${BASELINE_ONLY:-0}
 ROUNDS=3
-# build_baseline REV: the shoal-mount of REV, built from its own tree with a
-# target dir of its own (kept between runs); prints the binary's path.
-build_baseline() {
-  local rev dir
-  rev=$(git -C "$root" rev-parse --short=12 "$1^{commit}")
-  dir="$root/target/baseline-$rev"
-  if [ ! -x "$dir/target/release/shoal-mount" ]; then
-    echo "building shoal-mount at $rev (once, into $dir)" >&2
-    rm -rf "$dir/src"; mkdir -p "$dir/src"
-    git -C "$root" archive "$rev" | tar -x -C "$dir/src"
-    (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --release --quiet -p shoal-mount) >&2
-  fi
-  echo "$dir/target/release/shoal-mount"
-}
 base_bin=""
-if [ -n "$BASELINE_REV" ]; then base_bin=$(build_baseline "$BASELINE_REV"); fi
+if [ -n "$BASELINE_REV" ]; then base_bin=$(build_baseline "$BASELINE_REV" shoal-mount); fi
 
 echo "seeding: ${SIZE_MB} MiB objects, $SMALL_FILES files of 16 KiB" >&2
 mkdir -p "$work/seed/small"
