@@ -53,18 +53,17 @@ impl Config {
     /// blocks of `pin = true` rules (the first rule matching a key decides)
     /// kept within `[cache] pin_share`.
     pub fn evicting(&self) -> crate::blocks::Evicting {
-        let pinning: Vec<CacheRule> = self.rules.clone();
-        let pinned: Option<crate::blocks::policy::PinFn<crate::blocks::BlockKey>> =
-            pinning.iter().any(|r| r.pin).then(|| {
-                let rules = std::sync::Arc::new(pinning);
-                std::sync::Arc::new(move |k: &crate::blocks::BlockKey| {
-                    let path = format!("{}/{}", k.bucket, k.key);
-                    rules
-                        .iter()
-                        .find(|r| r.matcher.is_match(&path))
-                        .is_some_and(|r| r.pin)
-                }) as crate::blocks::policy::PinFn<crate::blocks::BlockKey>
-            });
+        use crate::blocks::{policy::PinFn, BlockKey};
+        let pinned = self.rules.iter().any(|r| r.pin).then(|| {
+            let rules = std::sync::Arc::new(self.rules.clone());
+            std::sync::Arc::new(move |k: &BlockKey| {
+                let path = format!("{}/{}", k.bucket, k.key);
+                rules
+                    .iter()
+                    .find(|r| r.matcher.is_match(&path))
+                    .is_some_and(|r| r.pin)
+            }) as PinFn<BlockKey>
+        });
         crate::blocks::Evicting {
             policy: self.cache.policy,
             pinned,
