@@ -35,7 +35,7 @@ pub use key::BlockKey;
 pub use policy::Evicting;
 pub use pool::{Buffer, BufferPool, PoolStats};
 pub use ram::RamTier;
-pub use tiers::{Arriving, Block, Fill, Part, Served, Tiers};
+pub use tiers::{Arriving, Block, Fill, Part, Served, Tiers, Touch};
 
 /// What a tier did since start, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,13 @@ pub struct TierStats {
 
 /// A bounded store of blocks.
 pub trait BlockCache: Send + Sync {
+    /// The block, counting a use of it for the tier's eviction policy.
     fn get(&self, key: &BlockKey) -> Option<Bytes>;
+    /// The block without counting a use: more of a read already counted. A
+    /// tier whose order does not follow its reads may count anyway.
+    fn peek(&self, key: &BlockKey) -> Option<Bytes> {
+        self.get(key)
+    }
     fn insert(&self, key: BlockKey, data: Bytes);
     /// Drops every block `gone` picks; returns how many.
     fn remove(&self, gone: &dyn Fn(&BlockKey) -> bool) -> u64;

@@ -96,6 +96,14 @@ impl BlockCache for RamTier {
             .cloned()
     }
 
+    fn peek(&self, key: &BlockKey) -> Option<Bytes> {
+        self.shards[self.shard_of(key)]
+            .lock()
+            .unwrap()
+            .peek(key)
+            .cloned()
+    }
+
     fn insert(&self, key: BlockKey, data: Bytes) {
         let len = data.len() as u64;
         if len > self.capacity {

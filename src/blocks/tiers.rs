@@ -37,6 +37,17 @@ pub enum Served {
     Joined,
 }
 
+/// Whether finding a block in the RAM tier counts a use of it for the tier's
+/// eviction policy. A reader that takes a block in many small reads uses it
+/// once, not once per read: counted per read, every block a scan passes over
+/// would look read again and be kept before blocks that are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    Use,
+    /// More of a use counted already, or only a look.
+    Peek,
+}
+
 /// A block being fetched, as its askers read it.
 pub type Arriving<E> = Arc<Growing<FlightError<E>>>;
 
@@ -167,7 +178,12 @@ where
 
     /// The block if a tier holds it (a disk hit is promoted to RAM).
     pub async fn lookup(&self, key: &BlockKey) -> Option<(Bytes, Served)> {
-        if let Some(b) = self.ram.get(key) {
+        self.lookup_as(key, Touch::Use).await
+    }
+
+    /// [`Self::lookup`], counting a use of a block in RAM only if `touch` says.
+    pub async fn lookup_as(&self, key: &BlockKey, touch: Touch) -> Option<(Bytes, Served)> {
+        if let Some(b) = self.ram_get(key, touch) {
             return Some((b, Served::Ram));
         }
         let disk = self.disk.clone()?;
@@ -177,6 +193,13 @@ where
             .ok()??;
         self.ram.insert(key.clone(), b.clone());
         Some((b, Served::Disk))
+    }
+
+    fn ram_get(&self, key: &BlockKey, touch: Touch) -> Option<Bytes> {
+        match touch {
+            Touch::Use => self.ram.get(key),
+            Touch::Peek => self.ram.peek(key),
+        }
     }
 
     /// Whether a tier holds the block now, fetching nothing.
@@ -210,10 +233,27 @@ where
         F: FnOnce(Fill<E>) -> Fut,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
     {
-        if let Some((b, served)) = self.lookup(&key).await {
+        self.open_as(key, lane, fill, len, Touch::Use, fetch).await
+    }
+
+    /// [`Self::open`], counting a use of a block in RAM only if `touch` says.
+    pub async fn open_as<F, Fut>(
+        &self,
+        key: BlockKey,
+        lane: L,
+        fill: bool,
+        len: usize,
+        touch: Touch,
+        fetch: F,
+    ) -> Block<E>
+    where
+        F: FnOnce(Fill<E>) -> Fut,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+    {
+        if let Some((b, served)) = self.lookup_as(&key, touch).await {
             return Block::Held(b, served);
         }
-        self.flight(key, lane, fill, len, fetch)
+        self.flight_as(key, lane, fill, len, touch, fetch)
     }
 
     /// [`Self::open`] whatever the disk tier holds (joining a fetch in flight):
@@ -230,6 +270,22 @@ where
         F: FnOnce(Fill<E>) -> Fut,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
     {
+        self.flight_as(key, lane, fill, len, Touch::Use, fetch)
+    }
+
+    fn flight_as<F, Fut>(
+        &self,
+        key: BlockKey,
+        lane: L,
+        fill: bool,
+        len: usize,
+        touch: Touch,
+        fetch: F,
+    ) -> Block<E>
+    where
+        F: FnOnce(Fill<E>) -> Fut,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+    {
         let id = (key.clone(), lane);
         let (g, filler) = {
             let mut all = self.inflight.lock().unwrap();
@@ -239,7 +295,7 @@ where
             // A flight that ended between the caller's lookup and here left its
             // block in RAM (it is kept before its entry goes): never fetch it
             // twice.
-            if let Some(b) = self.ram.get(&key) {
+            if let Some(b) = self.ram_get(&key, touch) {
                 return Block::Held(b, Served::Ram);
             }
             let (g, filler) = Growing::new(self.pool.take(len));

@@ -9,13 +9,14 @@ use std::time::Instant;
 use super::error::ReadError;
 use super::metrics::Fallback;
 use super::reader::ClusterReader;
-use crate::blocks::{Block, BlockKey, Fill, Served};
+use crate::blocks::{Block, BlockKey, Fill, Served, Touch};
 use crate::node_proto;
 use crate::store::{GetObject, ObjectMeta};
 
 impl ClusterReader {
     /// Block `index` of the version `meta`: held by a tier, or its fetch (in
     /// flight already, or started now), whose bytes can be read as they arrive.
+    /// Found in RAM, it is a use of the block if `touch` says.
     pub(crate) async fn open_block(
         self: &Arc<Self>,
         bucket: &str,
@@ -23,12 +24,13 @@ impl ClusterReader {
         meta: &ObjectMeta,
         index: u64,
         hop: u32,
+        touch: Touch,
     ) -> Block<ReadError> {
         let (bk, len, req) = self.block_request(bucket, key, meta, index, hop);
         let me = self.clone();
         let block = self
             .tiers
-            .open(bk, (), true, len, move |into| {
+            .open_as(bk, (), true, len, touch, move |into| {
                 me.fetch_block(req, index, into)
             })
             .await;

@@ -9,7 +9,8 @@ use futures_util::{stream, Stream, StreamExt, TryStreamExt};
 
 use super::error::ReadError;
 use super::reader::ClusterReader;
-use crate::blocks::Part;
+use super::visits::Visits;
+use crate::blocks::{Part, Touch};
 use crate::store::ObjectMeta;
 
 impl ClusterReader {
@@ -70,6 +71,7 @@ impl ClusterReader {
             let_go_below: Default::default(),
             warming: Default::default(),
             held_run: Default::default(),
+            visits: Default::default(),
         })
     }
 }
@@ -90,6 +92,8 @@ pub(crate) struct HandleInner {
     pub warming: std::sync::Mutex<std::collections::HashSet<u64>>,
     /// Answers in a row to those asks that said the node held the block.
     pub held_run: std::sync::atomic::AtomicU32,
+    /// Which of this handle's reads count a use of their block.
+    pub(super) visits: std::sync::Mutex<Visits>,
 }
 
 /// What a read got: the buffers its bytes are in, and whether it waited for
@@ -137,19 +141,27 @@ impl Handle {
         }
     }
 
-    async fn block(&self, index: u64) -> Result<Bytes, ReadError> {
-        self.part(index, 0, usize::MAX).await.map(|p| p.bytes)
+    /// Whether a read of block `index` is a use of it. Asked before the read's
+    /// future is first polled, in the order the reads were made.
+    fn touch(&self, index: u64) -> Touch {
+        self.0.visits.lock().unwrap().read(index)
     }
 
     /// Bytes `lo..hi` of block `index` (clamped to it), as soon as they are here.
-    async fn part(&self, index: u64, lo: usize, hi: usize) -> Result<Part, ReadError> {
+    async fn part(
+        &self,
+        index: u64,
+        lo: usize,
+        hi: usize,
+        touch: Touch,
+    ) -> Result<Part, ReadError> {
         if self.is_stale() {
             return Err(self.stale_error());
         }
         let h = &self.0;
         let block = h
             .reader
-            .open_block(&h.bucket, &h.key, &h.meta, index, h.hop)
+            .open_block(&h.bucket, &h.key, &h.meta, index, h.hop, touch)
             .await;
         let r = block.part(lo, hi).await.map_err(ReadError::from);
         self.note_stale(r).await
@@ -191,8 +203,9 @@ impl Handle {
         stream::iter(blocks)
             .map(move |i| {
                 let me = me.clone();
+                let touch = me.touch(i);
                 async move {
-                    let b = me.block(i).await?;
+                    let b = me.part(i, 0, usize::MAX, touch).await?.bytes;
                     let off = i * bs;
                     let lo = start.saturating_sub(off) as usize;
                     let hi = ((end - off) as usize).min(b.len());
@@ -233,7 +246,7 @@ impl Handle {
             let off = i * bs;
             let lo = start.saturating_sub(off) as usize;
             let hi = (end - off).min(bs) as usize;
-            self.part(i, lo, hi)
+            self.part(i, lo, hi, self.touch(i))
         });
         let got = futures_util::future::try_join_all(parts).await?;
         Ok(Parts {
@@ -290,9 +303,10 @@ impl Handle {
             return Err(self.stale_error());
         }
         let h = &self.0;
+        let touch = self.touch(start / h.reader.block_size());
         let r = h
             .reader
-            .range(&h.bucket, &h.key, &h.meta, (start, end), h.hop)
+            .range(&h.bucket, &h.key, &h.meta, (start, end), h.hop, touch)
             .await;
         self.note_stale(r).await
     }
@@ -328,7 +342,7 @@ impl Handle {
                 if me.fetches_ahead(i) {
                     drop(
                         h.reader
-                            .open_block(&h.bucket, &h.key, &h.meta, i, h.hop)
+                            .open_block(&h.bucket, &h.key, &h.meta, i, h.hop, Touch::Use)
                             .await,
                     );
                 }
@@ -337,10 +351,11 @@ impl Handle {
     }
 
     /// Whether block `i` is still to be fetched ahead (counted if so): not one
-    /// the kernel has taken already.
+    /// the kernel has taken already, nor one this handle's reads have come
+    /// to or had fetched ahead already.
     fn fetches_ahead(&self, i: u64) -> bool {
         let h = &self.0;
-        let wanted = i >= h.let_go_below.load(Relaxed);
+        let wanted = i >= h.let_go_below.load(Relaxed) && h.visits.lock().unwrap().fetches_ahead(i);
         if wanted {
             h.reader.metrics.prefetched.inc();
         }

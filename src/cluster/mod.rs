@@ -28,6 +28,7 @@ mod piped;
 mod reader;
 #[cfg(test)]
 mod tests;
+mod visits;
 
 pub use error::ReadError;
 pub use handle::{Handle, Parts};

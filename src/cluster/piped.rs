@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::error::ReadError;
 use super::handle::Handle;
 use super::reader::ClusterReader;
-use crate::blocks::{Buffer, Growing};
+use crate::blocks::{Buffer, Growing, Touch};
 use crate::node_proto;
 use crate::store::pipe::Pipe;
 use crate::store::seen::cache_statuses;
@@ -127,10 +127,12 @@ impl ClusterReader {
     }
 
     /// Whether a tier here holds block `index` of `meta`'s version, or is
-    /// fetching it.
+    /// fetching it. A look, not a use: the read that follows counts if it is
+    /// one.
     async fn here(&self, bucket: &str, key: &str, meta: &ObjectMeta, index: u64) -> bool {
         let bk = self.key(bucket, key, &meta.etag, index);
-        self.tiers.arriving(&bk, &()).is_some() || self.tiers.cached(&bk).await
+        self.tiers.arriving(&bk, &()).is_some()
+            || self.tiers.lookup_as(&bk, Touch::Peek).await.is_some()
     }
 
     /// Asks block `index`'s owner for its first byte; whether its answer's

@@ -13,7 +13,7 @@ use super::error::ReadError;
 use super::fetch::Fetcher;
 use super::metrics::{self, ClusterMetrics, Fallback};
 use super::nodes::{Nodes, S3Nodes};
-use crate::blocks::{BlockKey, Buffer, Growing, Tiers};
+use crate::blocks::{BlockKey, Buffer, Growing, Tiers, Touch};
 use crate::config::ClusterConfig;
 use crate::log_limit::LogLimit;
 use crate::node_proto;
@@ -306,7 +306,8 @@ impl ClusterReader {
     /// from the block's owner (which keeps the whole block, and cuts it through,
     /// so the bytes come at the origin's first byte plus a hop), with the same
     /// failover, hedging and origin fallback as a block. Nothing is kept here: a
-    /// random reader's blocks would only crowd out a sequential reader's.
+    /// random reader's blocks would only crowd out a sequential reader's. A
+    /// block found in RAM is used if `touch` says.
     pub(crate) async fn range(
         self: &Arc<Self>,
         bucket: &str,
@@ -314,13 +315,14 @@ impl ClusterReader {
         meta: &ObjectMeta,
         (start, end): (u64, u64),
         hop: u32,
+        touch: Touch,
     ) -> Result<Bytes, ReadError> {
         let bs = self.cluster.block_size;
         let index = start / bs;
         debug_assert!(end > start && (end - 1) / bs == index);
         if let Some((b, _)) = self
             .tiers
-            .lookup(&self.key(bucket, key, &meta.etag, index))
+            .lookup_as(&self.key(bucket, key, &meta.etag, index), touch)
             .await
         {
             self.count_held(b.len());

@@ -31,6 +31,16 @@ impl Rig {
     /// `n` nodes and an origin over one store holding `k` (4 blocks); the RAM tier
     /// is off so every read goes to the cluster.
     fn new(n: usize, tweak: impl FnOnce(&mut ClusterConfig)) -> Rig {
+        let opts = ReaderOptions {
+            ram_bytes: 0,
+            disk: None,
+            ..Default::default()
+        };
+        Rig::with(n, tweak, opts)
+    }
+
+    /// [`Rig::new`], the reader shaped by `opts`.
+    fn with(n: usize, tweak: impl FnOnce(&mut ClusterConfig), opts: ReaderOptions) -> Rig {
         let data = Arc::new(MemoryStore::new("origin", &[B]));
         data.put(B, "k", vec![7u8; 4 * BS as usize]);
         let mut cluster = ClusterConfig::standalone();
@@ -76,11 +86,7 @@ impl Rig {
                 nodes: Arc::new(nodes),
                 clock: Arc::new(TokioClock),
             },
-            ReaderOptions {
-                ram_bytes: 0,
-                disk: None,
-                ..Default::default()
-            },
+            opts,
         );
         Rig {
             reader,
@@ -407,4 +413,56 @@ async fn piped_reads_not_spliced_are_read_with_every_failover_and_warming_asks_o
     assert_eq!((gets(&r) - g0, bytes(&r) - b0), (2, 2));
     assert_eq!(r.origin.gets(), 0);
     assert_eq!(r.reader.metrics.prefetched.get(), 2);
+}
+
+/// All of `key` through a handle of its own, `step` bytes a read as the kernel
+/// asks a FUSE daemon; each block the reads come to has the `ahead` after it
+/// fetched ahead, as a mount's read-ahead does.
+async fn small_reads(r: &Rig, key: &str, step: u64, ahead: u64) {
+    let meta = r.data.meta(B, key).expect("stored");
+    let h = r.reader.open_known(B, key, meta.clone());
+    for at in (0..meta.size).step_by(step as usize) {
+        if ahead > 0 && at % BS == 0 {
+            h.prefetch(at / BS + 1, ahead);
+        }
+        let got = h.read_parts(at, step).await.unwrap();
+        assert_eq!(got.parts.concat().len() as u64, step.min(meta.size - at));
+    }
+    while r.reader.inflight_blocks() > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scan_in_small_reads_leaves_a_file_read_twice_in_ram() {
+    for ahead in [0, 2] {
+        let opts = ReaderOptions {
+            ram_bytes: 32 * BS,
+            max_inflight_blocks: Some(4),
+            ..Default::default()
+        };
+        let r = Rig::with(1, |_| {}, opts);
+        // Six times the tier, each of its blocks read once.
+        let scan: Vec<String> = (0..6).map(|i| format!("scan/{i}")).collect();
+        for key in &scan {
+            r.data.put(B, key, vec![1u8; 32 * BS as usize]);
+        }
+        let asked = |r: &Rig| r.ranked[0].gets() + r.origin.gets();
+        // `k`, 4 blocks, read twice, then the scan: eight reads a block.
+        small_reads(&r, "k", BS / 8, ahead).await;
+        assert_eq!(asked(&r), 4);
+        small_reads(&r, "k", BS / 8, ahead).await;
+        assert_eq!(asked(&r), 4, "read again from RAM");
+        for key in &scan {
+            small_reads(&r, key, BS / 8, ahead).await;
+        }
+        assert_eq!(asked(&r), 4 + 6 * 32, "each block of the scan fetched once");
+        let before = asked(&r);
+        small_reads(&r, "k", BS / 8, ahead).await;
+        assert_eq!(
+            asked(&r),
+            before,
+            "read ahead {ahead}: `k` was pushed out by the scan"
+        );
+    }
 }
