@@ -162,8 +162,11 @@ pub struct Metrics {
     pub owner_fills: Family<ResultLabel, Counter>,
     pub owner_fill_bytes: Counter,
     /// Only-if-cached asks of blocks (owner and runner-up fills, hedges)
-    /// answered from this node's fetch in flight once it landed.
+    /// answered from this node's fetch in flight as it arrived.
     pub cached_only_joins: Counter,
+    /// Owner-fill asks of blocks this node owns, answered as its own readers'
+    /// requests are (a block it lacks fetched, once for every asker).
+    pub owner_fill_asks: Counter,
     /// Misses of owned listing pages and HEADs asked of their runner-up node
     /// first, by op (list, head) and result.
     pub peer_metadata_fills: Family<MetadataLabel, Counter>,
@@ -360,7 +363,8 @@ impl Metrics {
             "peer_fill_bytes" => self.peer_fill_bytes, "Block bytes brought from runner-up nodes instead of the origin";
             "owner_fills" => self.owner_fills, "Misses of blocks another node owns (spills, hedges, failovers) asked of their owner (only-if-cached) first, by result";
             "owner_fill_bytes" => self.owner_fill_bytes, "Block bytes brought from owner nodes instead of the origin";
-            "cached_only_joins" => self.cached_only_joins, "Only-if-cached asks of blocks answered from this node's fetch in flight once it landed";
+            "cached_only_joins" => self.cached_only_joins, "Only-if-cached asks of blocks answered from this node's fetch in flight as it arrived";
+            "owner_fill_asks" => self.owner_fill_asks, "Owner-fill asks of blocks this node owns, answered as its own reads (a missing block fetched once for every asker)";
             "peer_metadata_fills" => self.peer_metadata_fills, "Misses of owned listing pages and HEADs asked of their runner-up node (only-if-cached) first, by op and result";
         );
     }

@@ -240,12 +240,21 @@ pub async fn get(
     api: &NodeApi,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let via = via(api, &req.headers)?;
-    let cached_only = via.cached_only;
+    let mut via = via(api, &req.headers)?;
     let refuse = not_cached(&req.headers);
     let i = req.input;
     check_key(&i.key)?;
     let node = &api.node;
+    // The owner of a block asked for it by a node it spilled to answers as its
+    // own reader's miss: turned away, that node and every other one the block
+    // spilled to would each fetch it from the origin.
+    if let (true, Some(Range::Int { first, .. })) = (via.cached_only, i.range) {
+        if node.fills_as_owner(&req.headers, &i.bucket, &i.key, first) {
+            node.metrics.owner_fill_asks.inc();
+            via.cached_only = false;
+        }
+    }
+    let cached_only = via.cached_only;
     if cached_only {
         // Not even the version is known here: nothing can be cached.
         let known = i
@@ -260,7 +269,7 @@ pub async fn get(
     let r = api.resolve(&i.bucket, &i.key, ask!(i), true, via).await?;
     if cached_only
         && !node
-            .cached(&i.bucket, &i.key, &r.meta, r.start, r.end)
+            .held_or_arriving(&i.bucket, &i.key, &r.meta, r.start, r.end)
             .await
     {
         return Err(refuse);

@@ -1,21 +1,26 @@
 //! A cached-only ask of a block this node is fetching right now is answered
-//! from that fetch once it lands, not with 504 at once. A hot object read cold
-//! by many readers is spilled to other nodes while its owner fetches it; those
-//! nodes ask the owner first ([`super::peer`]), and without this every one of
-//! them would go to the origin for a block the owner is about to hold.
+//! from that fetch as its bytes arrive, not with 504 at once; an owner-fill ask
+//! ([`super::peer::OWNER_FILL`]) of a block this node owns is answered as its own
+//! readers are, fetching the block if nothing has yet. A hot object read cold
+//! by many readers is spilled to other nodes while its owner fetches it, or
+//! before its owner's readers get to it; those nodes ask the owner first
+//! ([`super::peer`]), and without this every one of them would go to the origin
+//! for a block the owner is about to hold.
 //!
-//! An ask only ever waits on a fetch already in flight: it starts no fetch and
-//! asks no one. What keeps two fetches from waiting on each other: a fetch that
-//! is asking another node for its block ([`Asking`]) is waited on only by asks
-//! of the block's owner, and an owner's fetch asks only its runner-up, which
-//! then has no fetch to offer but one of its own from the origin. The wait is
-//! bounded by `node.peer_fill_timeout`, as long as the asker waits for an answer
-//! before it goes to the origin itself.
+//! Any other ask only ever waits on a fetch already in flight: it starts no
+//! fetch and asks no one. What keeps two fetches from waiting on each other: a
+//! fetch that is asking another node for its block ([`Asking`]) is waited on
+//! only by asks of the block's owner, and an owner's fetch asks only its
+//! runner-ups, which then have no fetch to offer but one of their own from the
+//! origin. The wait for the fetch's first bytes is bounded by
+//! `node.peer_fill_timeout`, as long as the asker waits for an answer before it
+//! goes to the origin itself; the rest streams as it arrives.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
 use shoal::blocks::BlockKey;
+use shoal::store::ObjectMeta;
 
 use super::Node;
 
@@ -51,24 +56,75 @@ impl Drop for Asked<'_> {
 }
 
 impl Node {
-    /// Waits, at most `node.peer_fill_timeout`, for this node's fetch of `bk`
-    /// in flight to land: any fetch of a block this node owns, else one that is
-    /// not asking another node. A fetch that fails or takes longer leaves the
-    /// block missing, and the ask is answered 504.
-    pub(super) async fn join_fetch(&self, bk: &BlockKey) {
+    /// Whether a request (its `headers`) for the block holding byte `at` of
+    /// `bucket/key` is an owner-fill ask this node answers as its own reader's:
+    /// it owns the block, as its view of the cluster ranks it, and keeps what
+    /// it fetches.
+    pub fn fills_as_owner(
+        &self,
+        headers: &http::HeaderMap,
+        bucket: &str,
+        key: &str,
+        at: u64,
+    ) -> bool {
         let Some(peers) = &self.source.peers else {
-            return;
+            return false;
         };
+        super::peer::owner_fill(headers)
+            && self.policy(bucket, key).cache
+            && peers.owns_at(bucket, key, at)
+    }
+
+    /// The fetch of `bk` in flight that a cached-only ask may be answered from:
+    /// any fetch of a block this node owns, else one that is not asking another
+    /// node.
+    fn joinable(&self, bk: &BlockKey) -> Option<shoal::blocks::Arriving<super::NodeError>> {
+        let peers = self.source.peers.as_ref()?;
         // The lane of this node's own fetches (not a gateway's forwards).
-        let Some(arriving) = self.tiers.arriving(bk, &false) else {
+        let arriving = self.tiers.arriving(bk, &false)?;
+        (peers.owns(bk) || !peers.asking.contains(bk)).then_some(arriving)
+    }
+
+    /// Waits, at most `node.peer_fill_timeout`, for the first bytes of this
+    /// node's fetch of `bk` in flight, if a cached-only ask may join it
+    /// ([`Self::joinable`]). A fetch that fails or starts later leaves the block
+    /// missing, and the ask is answered 504.
+    pub(super) async fn join_fetch(&self, bk: &BlockKey) {
+        let (Some(peers), Some(arriving)) = (&self.source.peers, self.joinable(bk)) else {
             return;
         };
-        if peers.asking.contains(bk) && !peers.owns(bk) {
-            return;
-        }
-        let landed = tokio::time::timeout(peers.timeout, arriving.whole()).await;
-        if matches!(landed, Ok(Ok(_))) {
+        let started = tokio::time::timeout(peers.timeout, arriving.started()).await;
+        if matches!(started, Ok(Ok(()))) {
             self.metrics.cached_only_joins.inc();
         }
+    }
+
+    /// Whether a cached-only ask of `start..end` of `meta`'s version can be
+    /// answered: every block held, or arriving in a fetch the ask may join that
+    /// has started.
+    pub async fn held_or_arriving(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        start: u64,
+        end: u64,
+    ) -> bool {
+        if end <= start {
+            return true;
+        }
+        let policy = self.policy(bucket, key);
+        if !policy.cache {
+            return false;
+        }
+        let bs = policy.block_size;
+        for i in start / bs..=(end - 1) / bs {
+            let bk = Self::block_key(bucket, key, &meta.etag, i, bs);
+            let arriving = self.joinable(&bk).is_some_and(|g| !g.is_empty());
+            if !arriving && !self.tiers.cached(&bk).await {
+                return false;
+            }
+        }
+        true
     }
 }

@@ -6,14 +6,20 @@
 //!   away): a block that moved to a new owner is fetched once from its old one,
 //!   not again from the origin (previous-owner fill).
 //! - A block it does not own (a spill under bounded load, a hedge, a failover)
-//!   is asked of its owner, which answers from its tiers or from its fetch of
-//!   the block in flight ([`super::joined`]): a hot object costs the origin
-//!   once, however many nodes it spills to (owner fill).
+//!   is asked of its owner, marked [`OWNER_FILL`] (owner fill). The owner answers
+//!   it as it answers its own readers: from its tiers, or from its fetch of the
+//!   block, joined or started, as the bytes arrive. A hot object so costs the
+//!   origin once, however many nodes it spills to: an owner that answered only
+//!   from a fetch it already ran would turn away every node that asked before
+//!   its own readers got to the block, and each of those would fetch it.
 //!
-//! The node asked answers from RAM or disk, or from a fetch it already runs, or
-//! 504, and never asks another node or the origin for it, so asks cannot chain
-//! or loop; past `node.peer_fill_timeout` without an answer, or on any answer but
-//! the block, the origin is asked as before.
+//! Only the owner fetches for an ask, and only as it would for its own miss
+//! (its runner-ups first, unmarked): a node asked for a block it does not own,
+//! or without the mark, answers from RAM or disk, or from a fetch it already
+//! runs ([`super::joined`]), or 504, and never asks another node or the origin
+//! for it. Asks so go no deeper than owner then runner-up, whatever each node
+//! thinks the cluster is. Past `node.peer_fill_timeout` without the answer's
+//! first byte, or on any answer but the block, the origin is asked as before.
 //!
 //! The answer is held to what an origin fetch is held to: the version pinned by
 //! `If-Match` (and checked again on the answer's ETag: a copy of another version
@@ -34,6 +40,17 @@ use crate::metrics::Metrics;
 /// The request header and value that ask a node for its cache only.
 pub const CACHE_CONTROL: &str = "cache-control";
 pub const ONLY_IF_CACHED: &str = "only-if-cached";
+
+/// The request header that marks an owner fill: the asker misses a block it
+/// does not own. An owner that agrees it owns the block answers as it would
+/// its own reader's miss; any other node, or one that predates the mark, takes
+/// the ask as only-if-cached.
+pub const OWNER_FILL: &str = "x-shoal-owner-fill";
+
+/// Whether `headers` mark an owner fill.
+pub fn owner_fill(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(OWNER_FILL)
+}
 
 /// Whether `headers` carry `Cache-Control: only-if-cached`.
 pub fn only_if_cached(headers: &http::HeaderMap) -> bool {
@@ -80,8 +97,13 @@ pub struct Peers {
 impl Peers {
     /// Whether this node owns block `bk`.
     pub fn owns(&self, bk: &BlockKey) -> bool {
+        self.owns_at(&bk.bucket, &bk.key, bk.start())
+    }
+
+    /// Whether this node owns the block holding byte `at` of `bucket/key`.
+    pub fn owns_at(&self, bucket: &str, key: &str, at: u64) -> bool {
         self.reader
-            .ranked(&bk.bucket, &bk.key, bk.start(), 1)
+            .ranked(bucket, key, at, 1)
             .first()
             .is_some_and(|o| *o == self.self_id)
     }
@@ -150,6 +172,9 @@ impl Peers {
         shoal::node_proto::set_cached_only(&mut req, true);
         // A node never forwards a request that passed through another.
         shoal::node_proto::set_hop(&mut req, 1);
+        if role == PeerRole::Owner {
+            shoal::store::ExtraHeaders::set_header(&mut req, OWNER_FILL, Some("1".to_owned()));
+        }
         let mut asks: FuturesUnordered<_> = peers
             .iter()
             .map(|peer| self.ask(peer, role, timeout, &req, (bk, want)))

@@ -306,9 +306,11 @@ async fn a_runner_ups_copy_is_taken_only_for_the_version_asked() {
         .map(|o| o.put(BUCKET, key, v1.clone()))
         .last()
         .unwrap();
-    // The runner-up holds version 1's block 0; the owner, asked for it, takes
+    // The runner-up holds version 1's block 0 (its owner fill had the owner
+    // fetch it, and the owner drops its copy); the owner, asked for it, takes
     // it from there.
     get(&nodes[runner_up], key, &e1).await.unwrap();
+    nodes[owner].app.node.purge_object(BUCKET, key).await;
     for o in &origins {
         o.stats.reset();
     }
