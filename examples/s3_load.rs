@@ -68,6 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         network: Default::default(),
         request: Default::default(),
         aws: None,
+        throttling: None,
     })?;
     let blocks = size.div_ceil(block);
     let range = move |i: u64| ByteRange::span(i * block, ((i + 1) * block).min(size));

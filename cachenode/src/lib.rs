@@ -225,6 +225,10 @@ pub fn build(
     }
     let mut registry = prometheus_client::registry::Registry::default();
     node.metrics.register(&mut registry);
+    if let Some(b) = origin.budget() {
+        b.metrics
+            .register(registry.sub_registry_with_prefix("shoal_node_origin_budget"));
+    }
     if let Some(r) = &reader {
         r.metrics.register(&mut registry);
     }

@@ -30,6 +30,10 @@ pub const ORIGIN_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ORIGIN_MAX_ATTEMPTS: u32 = 4;
 pub const RETRY_BASE: Duration = Duration::from_millis(50);
 pub const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long a request the origin throttles keeps trying: S3's `SlowDown` at a
+/// fleet's cold start passes within seconds, and a read that fails is worse
+/// than one that waits.
+pub const THROTTLE_DEADLINE: Duration = Duration::from_secs(30);
 pub const REVALIDATE_AFTER: Duration = Duration::from_secs(1);
 /// The backstop behind invalidation: past it, what a node knows of an object is
 /// checked with the origin again however it was learned (a node that missed a

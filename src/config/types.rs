@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::defaults;
 use super::{CredentialMode, Credentials};
 pub use crate::net::{Network, Proxy};
-pub use crate::store::s3::{Addressing, RequestOptions, RetryPolicy, SseCustomerKey, Timeouts};
+pub use crate::store::s3::{
+    Addressing, RequestOptions, RetryPolicy, SseCustomerKey, Throttling, Timeouts,
+};
 
 #[derive(Clone, Debug)]
 pub struct OriginConfig {
@@ -24,6 +26,9 @@ pub struct OriginConfig {
     pub retry: RetryPolicy,
     pub network: Network,
     pub request: RequestOptions,
+    /// What this process may ask of the origin, and how long a throttled
+    /// request keeps trying.
+    pub throttling: Throttling,
 }
 
 impl OriginConfig {
@@ -46,6 +51,7 @@ impl OriginConfig {
             network: self.network.clone(),
             request: self.request.clone(),
             aws: self.aws,
+            throttling: Some(self.throttling),
         }
     }
 

@@ -27,6 +27,7 @@ pub fn node_options(
 ) -> S3ClientOptions {
     let scheme = if cluster.tls { "https" } else { "http" };
     S3ClientOptions {
+        throttling: None,
         endpoint: url::Url::parse(&format!("{scheme}://{id}"))
             .expect("a canonical node id is a URL authority"),
         region: region.to_owned(),

@@ -10,6 +10,9 @@
 //! - `x-shoal-metadata-ttl`: on a listing or a HEAD, how old (in seconds) an
 //!   answer the asker accepts from the node's metadata cache; without it a node
 //!   passes listings through as the origin gives them.
+//! - `x-shoal-class`: what a block request is for (`read-ahead`, `background`;
+//!   a read a client waits on carries none), so that the node's origin budget
+//!   serves waiting reads first ([`crate::store::budget`]).
 //! - `POST /BUCKET?shoal-purge`: drop cached data ([`purge`]).
 //!
 //! [`client`] builds the S3 client a reader uses for one node.
@@ -19,6 +22,7 @@ pub mod purge;
 
 use std::time::Duration;
 
+use crate::store::budget::Class;
 use crate::store::{ExtraHeaders, GetObject, StoreError};
 
 pub use client::{node_client, node_options};
@@ -32,6 +36,8 @@ pub const CACHED_ONLY_HEADER: &str = "x-shoal-cached-only";
 pub const METADATA_TTL_HEADER: &str = "x-shoal-metadata-ttl";
 /// The longest metadata TTL a header may carry (a day): anything longer is a typo.
 pub const MAX_METADATA_TTL: Duration = Duration::from_secs(86_400);
+/// The header that says what a block request is for.
+pub const CLASS_HEADER: &str = "x-shoal-class";
 /// The S3 error code of a cached-only request the node could not serve from cache.
 pub const NOT_CACHED: &str = "ShoalNotCached";
 
@@ -50,6 +56,14 @@ pub fn hop_of(req: &GetObject) -> u32 {
 /// Asks the node to answer `req` from its cache only.
 pub fn set_cached_only(req: &mut impl ExtraHeaders, on: bool) {
     req.set_header(CACHED_ONLY_HEADER, on.then(|| "1".to_owned()));
+}
+
+/// Says what `req` is for: a read someone waits on carries no header.
+pub fn set_class(req: &mut impl ExtraHeaders, class: Class) {
+    req.set_header(
+        CLASS_HEADER,
+        (class != Class::Read).then(|| class.as_str().to_owned()),
+    );
 }
 
 /// Says the asker accepts cached metadata up to `ttl` old (zero: no header).
@@ -73,6 +87,7 @@ pub fn strip(req: &mut impl ExtraHeaders) {
     req.set_header(HOP_HEADER, None);
     req.set_header(CACHED_ONLY_HEADER, None);
     req.set_header(METADATA_TTL_HEADER, None);
+    req.set_header(CLASS_HEADER, None);
 }
 
 /// A hop header's value, if it is one.

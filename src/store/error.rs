@@ -122,6 +122,12 @@ impl StoreError {
         )
     }
 
+    /// The service asks for fewer requests (`503 SlowDown`, `429`, a throttling
+    /// code): retried after a wait, and the origin's budget shrinks.
+    pub fn is_throttled(&self) -> bool {
+        matches!(self.cause(), StoreError::Throttled { .. })
+    }
+
     /// An answer about the object (not a fault of the path to it): never failed over.
     pub fn is_answer(&self) -> bool {
         matches!(

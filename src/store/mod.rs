@@ -11,6 +11,7 @@
 //! why it could not be asked.
 
 mod body;
+pub mod budget;
 mod error;
 pub mod faults;
 pub mod memory;

@@ -41,6 +41,7 @@ pub fn client_options(
         },
         request: Default::default(),
         aws: None,
+        throttling: None,
     }
 }
 

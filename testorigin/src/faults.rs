@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +18,9 @@ pub struct Faults {
     first_byte_delay_ms: AtomicU64,
     bandwidth_bytes_per_sec: AtomicU64,
     slowdown_per_mille: AtomicU32,
+    slowdown_above_per_second: AtomicU32,
+    /// When the requests answered within the last second came.
+    answered: Mutex<std::collections::VecDeque<Instant>>,
     error_per_mille: AtomicU32,
     reset_per_mille: AtomicU32,
     reset_after_bytes: AtomicU64,
@@ -36,6 +39,9 @@ pub struct FaultSettings {
     pub bandwidth_bytes_per_sec: u64,
     /// Share of requests answered `503 SlowDown`.
     pub slowdown_per_mille: u32,
+    /// Requests past this many answered in the last second are answered `503
+    /// SlowDown` (0 = no bound), as S3 throttles a prefix.
+    pub slowdown_above_per_second: u32,
     /// Share of requests answered `500 InternalError`.
     pub error_per_mille: u32,
     /// Share of GET bodies cut off (the connection is dropped mid-body).
@@ -52,6 +58,8 @@ impl Faults {
             .store(s.bandwidth_bytes_per_sec, Relaxed);
         self.slowdown_per_mille
             .store(s.slowdown_per_mille.min(1000), Relaxed);
+        self.slowdown_above_per_second
+            .store(s.slowdown_above_per_second, Relaxed);
         self.error_per_mille
             .store(s.error_per_mille.min(1000), Relaxed);
         self.reset_per_mille
@@ -64,6 +72,7 @@ impl Faults {
             first_byte_delay_ms: self.first_byte_delay_ms.load(Relaxed),
             bandwidth_bytes_per_sec: self.bandwidth_bytes_per_sec.load(Relaxed),
             slowdown_per_mille: self.slowdown_per_mille.load(Relaxed),
+            slowdown_above_per_second: self.slowdown_above_per_second.load(Relaxed),
             error_per_mille: self.error_per_mille.load(Relaxed),
             reset_per_mille: self.reset_per_mille.load(Relaxed),
             reset_after_bytes: self.reset_after_bytes.load(Relaxed),
@@ -98,6 +107,28 @@ impl Faults {
         Self::take(&self.reset_next)
     }
 
+    /// Whether a request arriving now is past the rate the origin answers: if
+    /// not, it counts towards the rate.
+    pub(crate) fn over_rate(&self) -> bool {
+        let limit = self.slowdown_above_per_second.load(Relaxed) as usize;
+        if limit == 0 {
+            return false;
+        }
+        let now = Instant::now();
+        let mut answered = self.answered.lock().unwrap();
+        while answered
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1))
+        {
+            answered.pop_front();
+        }
+        if answered.len() >= limit {
+            return true;
+        }
+        answered.push_back(now);
+        false
+    }
+
     pub(crate) fn first_byte_delay(&self) -> Duration {
         Duration::from_millis(self.first_byte_delay_ms.load(Relaxed))
     }
@@ -125,16 +156,61 @@ pub struct RequestCount {
 }
 
 /// Counters of what reached the origin.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Stats {
     requests: Mutex<HashMap<RequestKind, u64>>,
     body_bytes_sent: AtomicU64,
+    /// What happened in each [`TICK`] since the counters were last reset.
+    timeline: Mutex<(Instant, Vec<Tick>)>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            requests: Default::default(),
+            body_bytes_sent: Default::default(),
+            timeline: Mutex::new((Instant::now(), Vec::new())),
+        }
+    }
+}
+
+/// The length of one entry of [`StatsSnapshot::timeline`].
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// What reached the origin in one [`TICK`].
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Tick {
+    /// Requests that arrived, throttled ones too.
+    pub requests: u64,
+    /// Of those, answered `503 SlowDown`.
+    pub throttled: u64,
+    /// Body bytes sent.
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StatsSnapshot {
     pub requests: Vec<RequestCount>,
     pub body_bytes_sent: u64,
+    /// Entry `i` covers `i * TICK .. (i + 1) * TICK` after the last reset.
+    #[serde(default)]
+    pub timeline: Vec<Tick>,
+}
+
+impl StatsSnapshot {
+    /// The most any `window` (a whole number of ticks) of the timeline holds
+    /// of what `of` counts, from tick `from` on.
+    pub fn busiest(&self, window: Duration, from: usize, of: impl Fn(&Tick) -> u64) -> u64 {
+        let n = (window.as_millis() / TICK.as_millis()).max(1) as usize;
+        let t = self.timeline.get(from..).unwrap_or_default();
+        if t.len() < n {
+            return t.iter().map(&of).sum();
+        }
+        t.windows(n)
+            .map(|w| w.iter().map(&of).sum())
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 impl StatsSnapshot {
@@ -188,10 +264,25 @@ impl StatsSnapshot {
 impl Stats {
     pub(crate) fn record(&self, kind: RequestKind) {
         *self.requests.lock().unwrap().entry(kind).or_default() += 1;
+        self.tick(|t| t.requests += 1);
+    }
+
+    pub(crate) fn record_throttled(&self) {
+        self.tick(|t| t.throttled += 1);
     }
 
     pub(crate) fn add_body_bytes(&self, n: u64) {
         self.body_bytes_sent.fetch_add(n, Relaxed);
+        self.tick(|t| t.bytes += n);
+    }
+
+    fn tick(&self, f: impl FnOnce(&mut Tick)) {
+        let mut tl = self.timeline.lock().unwrap();
+        let i = (tl.0.elapsed().as_millis() / TICK.as_millis()) as usize;
+        if tl.1.len() <= i {
+            tl.1.resize(i + 1, Tick::default());
+        }
+        f(&mut tl.1[i]);
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -215,11 +306,13 @@ impl Stats {
         StatsSnapshot {
             requests,
             body_bytes_sent: self.body_bytes_sent.load(Relaxed),
+            timeline: self.timeline.lock().unwrap().1.clone(),
         }
     }
 
     pub fn reset(&self) {
         self.requests.lock().unwrap().clear();
         self.body_bytes_sent.store(0, Relaxed);
+        *self.timeline.lock().unwrap() = (Instant::now(), Vec::new());
     }
 }

@@ -22,7 +22,9 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub use auth::Keys;
-pub use faults::{FaultSettings, Faults, RequestCount, RequestKind, Stats, StatsSnapshot};
+pub use faults::{
+    FaultSettings, Faults, RequestCount, RequestKind, Stats, StatsSnapshot, Tick, TICK,
+};
 pub use lists::s3_url_encode;
 pub use policy::{BucketPolicy, Policy};
 pub use store::{ObjectAttrs, Store, StoredObject};

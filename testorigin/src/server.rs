@@ -94,7 +94,8 @@ async fn handle(
     shared.stats.record(kind);
 
     let f = shared.faults.get();
-    if shared.faults.take_fail() || roll(f.slowdown_per_mille) {
+    if shared.faults.take_fail() || roll(f.slowdown_per_mille) || shared.faults.over_rate() {
+        shared.stats.record_throttled();
         return Ok(xml_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "SlowDown",

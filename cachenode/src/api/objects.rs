@@ -19,11 +19,13 @@ pub const CACHE_STATUS: &str = "cache-status";
 pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
     let accept = api.node.metadata.accept(asked_ttl(headers)?);
     let cached_only = cached_only(headers);
+    let class = asked_class(headers)?;
     let Some(v) = headers.get(shoal::node_proto::HOP_HEADER) else {
         return Ok(Via {
             hop: 0,
             accept,
             cached_only,
+            class,
         });
     };
     let hop = v
@@ -36,7 +38,25 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
         hop,
         accept,
         cached_only,
+        class,
     })
+}
+
+/// What the request is for (`x-shoal-class`): a read someone waits on unless it
+/// says otherwise.
+fn asked_class(headers: &http::HeaderMap) -> S3Result<shoal::store::budget::Class> {
+    let Some(v) = headers.get(shoal::node_proto::CLASS_HEADER) else {
+        return Ok(Default::default());
+    };
+    v.to_str()
+        .ok()
+        .and_then(shoal::store::budget::Class::parse)
+        .ok_or_else(|| {
+            s3_error!(
+                InvalidArgument,
+                "x-shoal-class must be read, read-ahead or background"
+            )
+        })
 }
 
 /// How old an answer the request accepts (`x-shoal-metadata-ttl`), if it says.

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use shoal::blocks::{BlockKey, DiskTier, Tiers};
 use shoal::node_proto::Purge;
+use shoal::store::budget::Class;
 use shoal::store::{ObjectMeta, ObjectStore};
 
 pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
@@ -84,6 +85,9 @@ pub struct Via {
     /// Answer from RAM or disk only, never asking the origin or another node
     /// (`only-if-cached`).
     pub cached_only: bool,
+    /// What the asker wants the bytes for (`x-shoal-class`): the class of the
+    /// origin requests a miss makes.
+    pub class: Class,
 }
 
 pub struct Node {

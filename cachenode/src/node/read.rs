@@ -109,11 +109,9 @@ impl Node {
                 if via.cached_only {
                     return Err(NodeError::NotCached);
                 }
-                crate::access::trace::scope(
-                    asker,
-                    source.fetch(&bk2, &meta, forward, via, &mut into),
-                )
-                .await
+                let fetch = source.fetch(&bk2, &meta, forward, via, &mut into);
+                let fetch = shoal::store::budget::within(via.class, fetch);
+                crate::access::trace::scope(asker, fetch).await
             })
             .await
     }

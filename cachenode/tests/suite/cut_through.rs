@@ -18,6 +18,7 @@ const SLOW: FaultSettings = FaultSettings {
     first_byte_delay_ms: 0,
     bandwidth_bytes_per_sec: 128 << 10,
     slowdown_per_mille: 0,
+    slowdown_above_per_second: 0,
     error_per_mille: 0,
     reset_per_mille: 0,
     reset_after_bytes: 0,

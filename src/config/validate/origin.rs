@@ -3,17 +3,21 @@
 use crate::config::defaults;
 use crate::config::raw::RawOrigin;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::aws::endpoint::{is_region_name, AwsEndpoint};
 use crate::aws::region::{self, RegionSource};
 use crate::config::{
-    Addressing, Network, OriginConfig, Proxy, RequestOptions, RetryPolicy, SseCustomerKey, Timeouts,
+    Addressing, Network, OriginConfig, Proxy, RequestOptions, RetryPolicy, SseCustomerKey,
+    Throttling, Timeouts,
 };
+use crate::store::budget::Limits;
 
 use super::{Validator, R};
 
 impl Validator<'_> {
     pub(super) fn origin(&self, o: RawOrigin) -> R<OriginConfig> {
+        let throttling = self.throttling(&o)?;
         let raw_creds = o.credentials.unwrap_or_default();
         let (region, region_source) = match o.region {
             Some(r) => (r, RegionSource::Config),
@@ -161,6 +165,56 @@ impl Validator<'_> {
             retry,
             network,
             request,
+            throttling,
+        })
+    }
+
+    /// The origin budget (`max_requests_per_second`, `max_bytes_per_second`,
+    /// `max_concurrent_requests`, each off unless set) and `throttle_deadline`.
+    fn throttling(&self, o: &RawOrigin) -> R<Throttling> {
+        let requests_per_second = match o.max_requests_per_second {
+            Some(r) if !(r.is_finite() && (1.0..=1e6).contains(&r)) => {
+                return Err(self.err(
+                    "origin.max_requests_per_second",
+                    format!("{r} is out of range 1..=1000000"),
+                ))
+            }
+            r => r,
+        };
+        let bytes_per_second = match o.max_bytes_per_second {
+            Some(b) if b.0 < 64 << 10 => {
+                return Err(self.err(
+                    "origin.max_bytes_per_second",
+                    format!("{} bytes is below the least, 64KiB", b.0),
+                ))
+            }
+            b => b.map(|b| b.0),
+        };
+        let concurrency = match o.max_concurrent_requests {
+            Some(c) if c == 0 || c > 65_536 => {
+                return Err(self.err(
+                    "origin.max_concurrent_requests",
+                    format!("{c} is out of range 1..=65536"),
+                ))
+            }
+            c => c,
+        };
+        let deadline = o
+            .throttle_deadline
+            .map_or(defaults::THROTTLE_DEADLINE, |d| d.0);
+        if deadline.is_zero() || deadline > Duration::from_secs(3600) {
+            return Err(self.err(
+                "origin.throttle_deadline",
+                format!("{deadline:?} is out of range: above 0, at most an hour"),
+            ));
+        }
+        Ok(Throttling {
+            limits: Limits {
+                requests_per_second,
+                bytes_per_second,
+                concurrency,
+            },
+            deadline,
         })
     }
 

@@ -30,6 +30,9 @@ pub(super) struct Call<'a> {
     pub body: Bytes,
     /// The `Range` header, for error messages.
     pub range: Option<String>,
+    /// The bytes the answer will carry, when the request says (a bounded range):
+    /// charged to the origin's budget before it is sent.
+    pub charge: Option<u64>,
     pub retry: bool,
     /// Hand back every answer as it came, error statuses too (a request passed
     /// through for someone else, who should see what the service said).
@@ -51,6 +54,7 @@ impl<'a> Call<'a> {
             unsigned: vec![],
             body: Bytes::new(),
             range: None,
+            charge: None,
             retry: true,
             raw: false,
             stream: std::sync::Mutex::new(None),

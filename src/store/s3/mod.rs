@@ -36,7 +36,7 @@ use crate::aws::credentials::{CredentialMode, CredentialSource};
 
 pub use encode::{key_problem, path as encode_path, query_value};
 pub use options::{
-    Addressing, RequestOptions, RetryPolicy, S3ClientOptions, SseCustomerKey, Timeouts,
+    Addressing, RequestOptions, RetryPolicy, S3ClientOptions, SseCustomerKey, Throttling, Timeouts,
 };
 pub use sign::{Payload, Signer};
 pub use socket::SocketBody;
@@ -80,6 +80,8 @@ struct Inner {
     /// Buckets found in another region than `opts.region` (AWS endpoints only).
     regions: Mutex<HashMap<String, String>>,
     signatures: signatures::Signatures,
+    /// What every request of this client (and its clones) asks of the origin.
+    budget: Option<Arc<crate::store::budget::Budget>>,
 }
 
 impl S3Client {
@@ -117,8 +119,12 @@ impl S3Client {
                 label.clone(),
             ))
         });
+        let budget = opts
+            .throttling
+            .map(|t| crate::store::budget::Budget::new(t.limits));
         Ok(S3Client {
             inner: Arc::new(Inner {
+                budget,
                 http,
                 sockets,
                 opts,
@@ -128,6 +134,11 @@ impl S3Client {
                 signatures: Default::default(),
             }),
         })
+    }
+
+    /// The origin budget its requests share, if it has one (for its metrics).
+    pub fn budget(&self) -> Option<&Arc<crate::store::budget::Budget>> {
+        self.inner.budget.as_ref()
     }
 
     /// Whether GETs into a caller's buffer are read straight off the socket.

@@ -101,6 +101,13 @@ impl S3Client {
         }
         call.unsigned.extend(req.headers.iter().cloned());
         call.range = req.range.map(|r| r.header());
+        call.charge = match req.range {
+            Some(crate::store::ByteRange::From {
+                first,
+                last: Some(last),
+            }) => Some(last.saturating_sub(first) + 1),
+            _ => None,
+        };
         if let Some(r) = &call.range {
             if self.inner.opts.sign_range {
                 call.signed.push(("range".into(), r.clone()));

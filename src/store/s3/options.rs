@@ -58,6 +58,17 @@ impl std::fmt::Debug for SseCustomerKey {
     }
 }
 
+/// How a client shares the origin: the process's budget of requests
+/// ([`crate::store::budget`]), and how long a throttled request keeps trying.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Throttling {
+    pub limits: crate::store::budget::Limits,
+    /// A request the origin throttles is tried again, backing off, until this
+    /// long after it was first sent; [`RetryPolicy::max_attempts`] counts only
+    /// the other failures.
+    pub deadline: Duration,
+}
+
 /// Everything that shapes a client.
 #[derive(Clone, Debug)]
 pub struct S3ClientOptions {
@@ -77,4 +88,7 @@ pub struct S3ClientOptions {
     pub request: RequestOptions,
     /// AWS's own endpoint: a bucket in another region is followed there.
     pub aws: Option<AwsEndpoint>,
+    /// The origin's budget and throttle deadline; `None` for a client of cache
+    /// nodes, which answer throttling of their own by failing over.
+    pub throttling: Option<Throttling>,
 }

@@ -13,7 +13,7 @@ use super::call::Call;
 use super::errors::{may_be_ours, transport_error};
 use super::RetryPolicy;
 use super::S3Client;
-use crate::store::{stall_guard, ByteStream, StoreError};
+use crate::store::{budget, stall_guard, ByteStream, StoreError};
 use aws_credential_types::Credentials as AwsCredentials;
 
 impl S3Client {
@@ -76,10 +76,21 @@ impl S3Client {
         } else {
             1
         };
-        let mut attempt = 0;
+        let throttle_deadline = self
+            .inner
+            .opts
+            .throttling
+            .filter(|_| call.retry)
+            .map(|t| t.deadline);
+        let first_sent = std::time::Instant::now();
+        let (mut attempt, mut throttles) = (0, 0);
         let (mut refreshed, mut moved) = (false, false);
         loop {
             attempt += 1;
+            let permit = match &self.inner.budget {
+                Some(b) => Some(b.acquire(budget::current(), call.charge.unwrap_or(0)).await),
+                None => None,
+            };
             let creds = self.credentials().await?;
             let sent = match via {
                 Via::Pooled => self.attempt(call, creds.as_ref()).await.map(Sent::Pooled),
@@ -87,6 +98,17 @@ impl S3Client {
                     .attempt_socket(call, creds.as_ref())
                     .await
                     .map(Sent::Socket),
+            };
+            if let Some(p) = &permit {
+                match &sent {
+                    Err(e) if e.is_throttled() => p.budget().throttled(),
+                    Err(_) => {}
+                    Ok(_) => p.budget().succeeded(),
+                }
+            }
+            let sent = match (sent, permit) {
+                (Ok(s), Some(p)) => Ok(s.holding(p, call.charge.is_none())),
+                (sent, _) => sent,
             };
             match sent {
                 Ok(r) => return Ok(r),
@@ -113,14 +135,31 @@ impl S3Client {
                     );
                     self.inner.regions.lock().unwrap().insert(bucket, region);
                 }
+                // A throttled request waits and tries again until its deadline,
+                // however many tries that takes: the origin still answers some,
+                // and the budget has shrunk to what it answers.
+                Err(e) if e.is_throttled() && throttle_deadline.is_some() => {
+                    throttles += 1;
+                    attempt -= 1;
+                    let delay = backoff(&policy, throttles);
+                    let deadline = throttle_deadline.expect("checked above");
+                    if first_sent.elapsed() + delay > deadline {
+                        return Err(StoreError::Exhausted {
+                            attempts: attempt + throttles,
+                            last: Box::new(e),
+                        });
+                    }
+                    tracing::debug!(endpoint = %self.inner.label, throttles, ?delay, "throttled, trying again: {e}");
+                    tokio::time::sleep(delay).await;
+                }
                 Err(e) if e.is_retryable() && attempt < max => {
                     let delay = backoff(&policy, attempt);
                     tracing::debug!(endpoint = %self.inner.label, attempt, ?delay, "retrying after: {e}");
                     tokio::time::sleep(delay).await;
                 }
-                Err(e) if attempt > 1 => {
+                Err(e) if attempt + throttles > 1 => {
                     return Err(StoreError::Exhausted {
-                        attempts: attempt,
+                        attempts: attempt + throttles,
                         last: Box::new(e),
                     })
                 }
@@ -238,6 +277,30 @@ enum Sent {
     Socket(super::socket::Answer),
 }
 
+impl Sent {
+    /// The answer keeps the request's place in the budget until its body is
+    /// dropped; one whose length was not charged is charged now.
+    fn holding(mut self, permit: budget::Permit, uncharged: bool) -> Sent {
+        let headers = match &self {
+            Sent::Pooled(r) => r.headers(),
+            Sent::Socket(a) => &a.headers,
+        };
+        if uncharged {
+            let len = headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            permit.charge(len);
+        }
+        match &mut self {
+            Sent::Pooled(r) => drop(r.extensions_mut().insert(permit)),
+            Sent::Socket(a) => a.body.hold(permit),
+        }
+        self
+    }
+}
+
 /// Full jitter: a random wait up to `base * 2^(attempt-1)`, capped at `max`.
 pub(super) fn backoff(p: &RetryPolicy, attempt: u32) -> Duration {
     let ceiling = p
@@ -275,7 +338,10 @@ pub(super) fn body_stream(
     endpoint: String,
 ) -> ByteStream {
     let cut_off = endpoint.clone();
+    // The request's place in the origin's budget goes with its body.
+    let permit = resp.extensions().get::<budget::Permit>().cloned();
     let raw = resp.bytes_stream().map(move |r| {
+        let _held = &permit;
         r.map_err(|e| StoreError::Transport {
             endpoint: cut_off.clone(),
             message: format!("body cut off: {e}"),

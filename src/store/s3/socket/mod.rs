@@ -79,6 +79,8 @@ pub struct SocketBody {
     /// Whether the connection may carry another request after this one.
     reusable: bool,
     sockets: Arc<Sockets>,
+    /// The request's place in the origin's budget, given back with the body.
+    permit: Option<crate::store::budget::Permit>,
 }
 
 impl Sockets {
@@ -255,6 +257,7 @@ impl Sockets {
                     chunked,
                     reusable: head.reusable,
                     sockets: self.clone(),
+                    permit: None,
                 },
             });
         }
@@ -277,6 +280,11 @@ impl From<Exchange> for StoreError {
 }
 
 impl SocketBody {
+    /// Holds `permit` until the body is dropped.
+    pub(in crate::store::s3) fn hold(&mut self, permit: crate::store::budget::Permit) {
+        self.permit = Some(permit);
+    }
+
     /// Bytes of the body still to come (of a body framed by its length).
     pub fn remaining(&self) -> u64 {
         self.remaining + self.early.len() as u64
