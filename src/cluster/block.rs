@@ -11,7 +11,7 @@ use super::metrics::Fallback;
 use super::reader::ClusterReader;
 use crate::blocks::{Block, BlockKey, Fill, Served, Touch};
 use crate::node_proto;
-use crate::store::{GetObject, ObjectMeta};
+use crate::store::{budget, GetObject, ObjectMeta};
 
 impl ClusterReader {
     /// Block `index` of the version `meta`: held by a tier, or its fetch (in
@@ -28,10 +28,11 @@ impl ClusterReader {
     ) -> Block<ReadError> {
         let (bk, len, req) = self.block_request(bucket, key, meta, index, hop);
         let me = self.clone();
+        let class = budget::current();
         let block = self
             .tiers
             .open_as(bk, (), true, len, touch, move |into| {
-                me.fetch_block(req, index, into)
+                budget::within(class, me.fetch_block(req, index, into))
             })
             .await;
         self.count_opened(&block);
@@ -53,15 +54,19 @@ impl ClusterReader {
         debug_assert!(!self.tiers.has_disk(), "a disk tier is looked in first");
         let (bk, len, req) = self.block_request(bucket, key, meta, index, hop);
         let me = self.clone();
+        let class = budget::current();
         // The flight looks in RAM itself, under the lock it is registered with.
         let block = self.tiers.flight(bk, (), true, len, move |into| {
-            me.fetch_block(req, index, into)
+            budget::within(class, me.fetch_block(req, index, into))
         });
         self.count_opened(&block);
         block
     }
 
-    /// The tier key, length and ranged GET of block `index` of `meta`'s version.
+    /// The tier key, length and ranged GET of block `index` of `meta`'s version,
+    /// its class (a waiting read, or read-ahead) that of the running task: the
+    /// node's origin budget serves it in that order, as does this process's
+    /// own when it reads the origin itself.
     fn block_request(
         &self,
         bucket: &str,
@@ -76,6 +81,7 @@ impl ClusterReader {
             .range(self.block_range(index, meta.size))
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
+        node_proto::set_class(&mut req, budget::current());
         (bk, len, req)
     }
 

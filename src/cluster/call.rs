@@ -91,6 +91,37 @@ impl NodeCalls {
         r
     }
 
+    /// A GET of `req` from `node` that nobody waits on (a warm), collected: its
+    /// first byte may come as late as `first_byte`, after the node's origin
+    /// budget served every read waiting there, and a node that answers late is
+    /// not judged slow for it.
+    pub(crate) async fn node_get_patient(
+        &self,
+        node: &NodeHandle,
+        req: &GetObject,
+        first_byte: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let store = self.nodes.store(node.id());
+        let stall = self.timeouts.stall;
+        let _inflight = self.begin(node);
+        let r = async {
+            let mut resp = tokio::time::timeout(first_byte, store.get_range(req))
+                .await
+                .map_err(|_| first_byte_timeout(node, first_byte))??;
+            resp.body = stall_guard(resp.body, stall, node.id().to_owned());
+            collect(resp).await.map(drop)
+        }
+        .await;
+        match &r {
+            Err(StoreError::Timeout {
+                deadline: Deadline::FirstByte,
+                ..
+            }) => {}
+            other => self.judge(node, other.as_ref().err()),
+        }
+        r
+    }
+
     /// A GET of `req` from `node`, up to its answer's head: the body is read into
     /// the caller's buffer afterwards (a chunked one held to the stall deadline
     /// here, a socket's by its client), and a failure there is told to

@@ -11,7 +11,7 @@ use super::error::ReadError;
 use super::reader::ClusterReader;
 use super::visits::Visits;
 use crate::blocks::{Part, Touch};
-use crate::store::ObjectMeta;
+use crate::store::{budget, ObjectMeta};
 
 impl ClusterReader {
     /// Opens `bucket/key` pinned to one version: `known` (from a listing or an
@@ -325,10 +325,10 @@ impl Handle {
             // a spliced one too (it goes to the node itself unless a fetch is
             // here), joins it instead of fetching the block a second time.
             for i in blocks.filter(|&i| self.fetches_ahead(i)) {
-                drop(
+                drop(budget::within_sync(budget::Class::ReadAhead, || {
                     h.reader
-                        .open_block_now(&h.bucket, &h.key, &h.meta, i, h.hop),
-                );
+                        .open_block_now(&h.bucket, &h.key, &h.meta, i, h.hop)
+                }));
             }
             return;
         }
@@ -336,7 +336,7 @@ impl Handle {
         // a task of its own, and starting it is enough. A block the kernel took
         // while this task waited to run is not fetched again.
         let me = self.clone();
-        tokio::spawn(async move {
+        tokio::spawn(budget::within(budget::Class::ReadAhead, async move {
             let h = &me.0;
             for i in blocks {
                 if me.fetches_ahead(i) {
@@ -347,7 +347,7 @@ impl Handle {
                     );
                 }
             }
-        });
+        }));
     }
 
     /// Whether block `i` is still to be fetched ahead (counted if so): not one

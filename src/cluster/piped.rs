@@ -157,6 +157,7 @@ impl ClusterReader {
             .range(ByteRange::span(index * bs, index * bs + 1))
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
+        node_proto::set_class(&mut req, crate::store::budget::Class::ReadAhead);
         let (opened, statuses) =
             cache_statuses(self.fetcher.calls.node_open(&pick.node, &req)).await;
         let mut opened = opened.ok()?;

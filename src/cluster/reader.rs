@@ -418,6 +418,10 @@ pub enum Warmed {
     Fetched,
 }
 
+/// How long a warm's block may wait for its first byte: the owner serves
+/// reads that clients wait on before it, within its origin budget.
+const WARM_FIRST_BYTE: std::time::Duration = std::time::Duration::from_secs(120);
+
 impl ClusterReader {
     /// Makes block `index` of `meta`'s version hot on its owner node: a cached-only
     /// request first (so "already warm" is known exactly), then a normal one.
@@ -438,14 +442,24 @@ impl ClusterReader {
         })?;
         let mut req = GetObject::new(bucket, key)
             .range(self.block_range(index, meta.size))
-            .if_match(&meta.etag);
+            .if_match(&meta.etag)
+            .first_byte_within(WARM_FIRST_BYTE);
         node_proto::set_cached_only(&mut req, true);
+        // Nobody waits on a warm: the owner's origin budget serves it last.
+        node_proto::set_class(&mut req, crate::store::budget::Class::Background);
         let calls = &self.fetcher.calls;
-        let outcome = match calls.node_get(&pick.node, &req).await {
+        // Both asks are patient: the owner may look the object up at the
+        // origin first, as background too.
+        let outcome = match calls
+            .node_get_patient(&pick.node, &req, WARM_FIRST_BYTE)
+            .await
+        {
             Ok(_) => Warmed::AlreadyWarm,
             Err(e) if node_proto::is_not_cached(&e) => {
                 node_proto::set_cached_only(&mut req, false);
-                calls.node_get(&pick.node, &req).await?;
+                calls
+                    .node_get_patient(&pick.node, &req, WARM_FIRST_BYTE)
+                    .await?;
                 Warmed::Fetched
             }
             Err(e) => return Err(e.into()),

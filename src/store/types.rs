@@ -129,6 +129,9 @@ pub struct GetObject {
     pub headers: Vec<(&'static str, String)>,
     /// Extra query parameters (`partNumber`, `response-content-type`, ...).
     pub query: Vec<(&'static str, String)>,
+    /// How long the answer's head may take, if not the client's own deadline
+    /// (a request nobody waits on, served after those someone does).
+    pub first_byte: Option<std::time::Duration>,
 }
 
 /// A request that carries extra headers ([`GetObject`], [`ListRequest`]).
@@ -170,6 +173,11 @@ impl GetObject {
     }
     pub fn if_match(mut self, etag: impl Into<String>) -> Self {
         self.if_match = Some(etag.into());
+        self
+    }
+    /// Waits up to `d` for the answer's head, whatever the client's deadline.
+    pub fn first_byte_within(mut self, d: std::time::Duration) -> Self {
+        self.first_byte = Some(d);
         self
     }
     /// The value of extra header `name`, if set.

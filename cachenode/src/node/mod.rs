@@ -268,11 +268,10 @@ impl Node {
             (true, true) => Asked::OwnerBlock,
             (true, false) => Asked::OwnerHead,
         };
-        match self
+        let learned = self
             .versions
-            .learn(&self.source, (bucket, key), if_match, via, asked)
-            .await
-        {
+            .learn(&self.source, (bucket, key), if_match, via, asked);
+        match shoal::store::budget::within(via.class, learned).await {
             Ok(meta) => Ok(meta),
             Err(e) => Err(self.gone_if(bucket, key, e).await),
         }
@@ -315,6 +314,7 @@ impl Node {
                 // other nodes may join the fetch before its body is in.
                 let learn = |meta: &ObjectMeta| me.versions.remember(&bk.bucket, &bk.key, meta);
                 let fetched = me.source.node_block(&bk, None, &mut into, &learn);
+                let fetched = shoal::store::budget::within(via.class, fetched);
                 crate::access::trace::scope(asker, fetched).await.map(drop)
             });
         match block.whole().await {

@@ -189,7 +189,10 @@ impl Node {
         // needed when the side request answers.
         let (block, side) = tokio::join!(
             self.block_stream(bucket, key, meta, (index, bs), via),
-            self.source.side_read(bucket, key, meta, (start, end))
+            shoal::store::budget::within(
+                via.class,
+                self.source.side_read(bucket, key, meta, (start, end))
+            )
         );
         drop(block?);
         Ok(side.map(|resp| {

@@ -22,6 +22,7 @@ mod hot_set;
 mod index_first;
 mod metadata;
 mod node;
+mod origin_budget;
 mod process;
 mod scopes;
 mod security;

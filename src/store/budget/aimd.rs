@@ -31,7 +31,8 @@ const MIN_RATE: f64 = 1.0;
 const BACKOFF: f64 = 0.9;
 /// Each success adds this share of a request a second to the rate: at a
 /// saturated rate `r` there are `r` successes a second, so the rate grows by a
-/// tenth a second.
+/// tenth of itself a second. Not while a decrease waits to be judged: the
+/// rate it set is what is being tried.
 const RATE_STEP: f64 = 0.1;
 /// Past this the grown-back rate and window bound nothing: dropped.
 const UNBOUNDED_RATE: f64 = 1e6;
@@ -209,6 +210,11 @@ impl Aimd {
     /// A request was answered without throttling.
     pub fn succeeded(&mut self, now: Instant) {
         self.answered(now, false);
+        if let Phase::Trying { at, .. } = self.phase {
+            if now.duration_since(at) < JUDGED_AFTER {
+                return;
+            }
+        }
         if let Some(w) = self.window {
             let w = w + 1.0 / w;
             self.window = (w < UNBOUNDED_WINDOW).then_some(w);

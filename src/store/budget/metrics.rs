@@ -51,7 +51,7 @@ impl BudgetMetrics {
             "waits" => self.waits, "Requests that waited for the budget, by class";
             "wait_seconds" => self.wait_seconds, "Time requests waited for the budget, by class";
             "throttles" => self.throttles, "Answers throttling a request (503 SlowDown, 429)";
-            "decreases" => self.decreases, "Times throttling halved the concurrency and request rate";
+            "decreases" => self.decreases, "Times throttling shrank the concurrency and request rate";
             "throttled_concurrency" => self.window, "Requests at once throttling allows now (0: unbounded)";
             "throttled_rate" => self.rate, "Requests a second throttling allows now (0: unbounded)";
         );

@@ -79,6 +79,12 @@ pub async fn within<F: Future>(class: Class, f: F) -> F::Output {
     CLASS.scope(class, f).await
 }
 
+/// Runs `f`, and the flights it starts, with their origin requests counted as
+/// `class`.
+pub fn within_sync<R>(class: Class, f: impl FnOnce() -> R) -> R {
+    CLASS.sync_scope(class, f)
+}
+
 /// The class of the running task's origin requests: [`Class::Read`] unless
 /// [`within`] says otherwise (a request nobody marked is one someone waits on).
 pub fn current() -> Class {

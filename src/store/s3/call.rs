@@ -33,6 +33,8 @@ pub(super) struct Call<'a> {
     /// The bytes the answer will carry, when the request says (a bounded range):
     /// charged to the origin's budget before it is sent.
     pub charge: Option<u64>,
+    /// The first-byte deadline, if not the client's.
+    pub first_byte: Option<std::time::Duration>,
     pub retry: bool,
     /// Hand back every answer as it came, error statuses too (a request passed
     /// through for someone else, who should see what the service said).
@@ -55,6 +57,7 @@ impl<'a> Call<'a> {
             body: Bytes::new(),
             range: None,
             charge: None,
+            first_byte: None,
             retry: true,
             raw: false,
             stream: std::sync::Mutex::new(None),

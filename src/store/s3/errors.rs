@@ -59,11 +59,12 @@ pub(crate) fn from_response(
                 format!("{code_s}: {message}")
             },
         },
-        (429, _)
+        // A 503 without a code is a HEAD's `SlowDown`: its answer has no body.
+        (429 | 503, "")
         | (_, "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
             StoreError::Throttled {
                 code: if code_s.is_empty() {
-                    "TooManyRequests".into()
+                    default_message(status).replace(' ', "")
                 } else {
                     code_s
                 },
@@ -96,6 +97,7 @@ fn default_message(status: u16) -> &'static str {
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
@@ -145,11 +147,11 @@ pub(super) fn transport_error(
 }
 
 impl S3Client {
-    pub(super) fn first_byte_timeout(&self) -> StoreError {
+    pub(super) fn first_byte_timeout(&self, after: std::time::Duration) -> StoreError {
         StoreError::Timeout {
             endpoint: self.inner.label.clone(),
             deadline: Deadline::FirstByte,
-            after: self.inner.opts.timeouts.first_byte,
+            after,
         }
     }
 
@@ -349,6 +351,14 @@ mod tests {
         assert!(matches!(
             answer(503, "SlowDown"),
             StoreError::Throttled { .. }
+        ));
+        assert!(matches!(
+            from_answer(503, None, None, &ctx()),
+            StoreError::Throttled { .. }
+        ));
+        assert!(matches!(
+            answer(503, "ServiceUnavailable"),
+            StoreError::Server { .. }
         ));
         assert!(matches!(
             from_answer(404, None, None, &ctx()),

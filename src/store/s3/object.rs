@@ -101,6 +101,7 @@ impl S3Client {
         }
         call.unsigned.extend(req.headers.iter().cloned());
         call.range = req.range.map(|r| r.header());
+        call.first_byte = req.first_byte;
         call.charge = match req.range {
             Some(crate::store::ByteRange::From {
                 first,

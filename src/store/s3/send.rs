@@ -107,7 +107,11 @@ impl S3Client {
                 }
             }
             let sent = match (sent, permit) {
-                (Ok(s), Some(p)) => Ok(s.holding(p, call.charge.is_none())),
+                // A HEAD's Content-Length is the object's, not bytes sent.
+                (Ok(s), Some(p)) => Ok(s.holding(
+                    p,
+                    call.charge.is_none() && call.method != http::Method::HEAD,
+                )),
                 (sent, _) => sent,
             };
             match sent {
@@ -182,9 +186,9 @@ impl S3Client {
             .request(call.method.clone(), &url)
             .headers(headers)
             .body(streamed.unwrap_or_else(|| call.body.clone().into()));
-        let first_byte = inner.opts.timeouts.first_byte;
+        let first_byte = call.first_byte.unwrap_or(inner.opts.timeouts.first_byte);
         let resp = match tokio::time::timeout(first_byte, req.send()).await {
-            Err(_) => return Err(self.first_byte_timeout()),
+            Err(_) => return Err(self.first_byte_timeout(first_byte)),
             Ok(Err(e)) => {
                 return Err(transport_error(
                     &inner.label,
@@ -244,11 +248,11 @@ impl S3Client {
             .split_once("://")
             .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
             .unwrap_or("/");
-        let first_byte = inner.opts.timeouts.first_byte;
+        let first_byte = call.first_byte.unwrap_or(inner.opts.timeouts.first_byte);
         let answer =
             tokio::time::timeout(first_byte, sockets.get(&authority, &host, path, &headers))
                 .await
-                .map_err(|_| self.first_byte_timeout())??;
+                .map_err(|_| self.first_byte_timeout(first_byte))??;
         let status = StatusCode::from_u16(answer.status)
             .map_err(|_| self.protocol(format!("status {}", answer.status)))?;
         if status.is_success() {
