@@ -780,3 +780,60 @@ fn eviction_policy_and_pins_are_checked() {
         "pin do not apply",
     );
 }
+
+#[test]
+fn the_origin_budget_is_off_unless_set_and_refuses_nonsense() {
+    let c = parse(ORIGIN).unwrap();
+    let t = &c.origin().unwrap().throttling;
+    assert_eq!(t.limits, crate::store::budget::Limits::default());
+    assert_eq!(t.deadline, Duration::from_secs(30));
+    let set = parse(&ORIGIN.replace(
+        "[origin]\n",
+        "[origin]\nmax_requests_per_second = 2500\nmax_bytes_per_second = \"100MiB\"\n\
+         max_concurrent_requests = 32\nthrottle_deadline = \"1m\"\n",
+    ))
+    .unwrap();
+    let t = &set.origin().unwrap().throttling;
+    assert_eq!(t.limits.requests_per_second, Some(2500.0));
+    assert_eq!(t.limits.bytes_per_second, Some(100 << 20));
+    assert_eq!(t.limits.concurrency, Some(32));
+    assert_eq!(t.deadline, Duration::from_secs(60));
+    for (line, key, needle) in [
+        (
+            "max_requests_per_second = 0",
+            "origin.max_requests_per_second",
+            "out of range",
+        ),
+        (
+            "max_requests_per_second = -5.0",
+            "origin.max_requests_per_second",
+            "out of range",
+        ),
+        (
+            "max_bytes_per_second = \"1KiB\"",
+            "origin.max_bytes_per_second",
+            "64KiB",
+        ),
+        (
+            "max_concurrent_requests = 0",
+            "origin.max_concurrent_requests",
+            "out of range",
+        ),
+        (
+            "throttle_deadline = \"0s\"",
+            "origin.throttle_deadline",
+            "out of range",
+        ),
+        (
+            "throttle_deadline = \"2h\"",
+            "origin.throttle_deadline",
+            "at most an hour",
+        ),
+    ] {
+        refused(
+            &ORIGIN.replace("[origin]\n", &format!("[origin]\n{line}\n")),
+            key,
+            needle,
+        );
+    }
+}

@@ -268,9 +268,11 @@ async fn settled_content(addr: std::net::SocketAddr) -> (u64, u64) {
     .await
 }
 
+/// The access log's whole lines: its writer may be half way through the next.
 fn log_lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+    whole
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
