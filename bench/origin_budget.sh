@@ -12,7 +12,7 @@
 #    revision, say 39048396), that revision's node and mount read the same files
 #    first (built once into target/baseline-REV), for the before and after.
 #
-# Services on $NODE_CPUS (0), readers on $READER_CPUS (1).
+# Services on $NODE_CPUS (0), readers on $READER_CPUS (1). ONLY=mount runs part 2 only.
 source "$(dirname "$0")/lib.sh"
 BUDGET_MIB=${BUDGET_MIB:-100}
 WARM_MIB=${WARM_MIB:-1024}
@@ -32,7 +32,6 @@ stats() { curl -sf "http://$origin/_origin/stats"; }
 reset_stats() { curl -sf -X POST "http://$origin/_origin/stats/reset" >/dev/null; }
 faults() { curl -sf -X PUT --data "$1" "http://$origin/_origin/faults" >/dev/null; }
 
-# ---- 1. byte budget: a warm beside a reader
 # node_toml PORT [ORIGIN_KEYS]: a node's config on PORT with a 4 GiB RAM tier.
 node_toml() {
   cat <<TOML
@@ -61,6 +60,24 @@ run_node() {
   for _ in $(seq 200); do curl -sf "http://$node/healthz" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "node $2 did not start" >&2; exit 1
 }
+# cli_toml NODE: the origin and a cluster of NODE, for `shoal` and mounts.
+cli_toml() {
+  cat <<TOML
+[origin]
+endpoint = "http://$origin"
+[origin.credentials]
+access_key_id = "$ORIGIN_KEY"
+secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
+[cluster]
+nodes = ["$1"]
+[cluster.credentials]
+access_key_id = "$NODE_KEY"
+secret_access_key = "$NODE_SECRET"
+TOML
+}
+
+# ---- 1. byte budget: a warm beside a reader
+if [ "${ONLY:-}" != mount ]; then
 run_node "$bin" budget "$(free_port)" "max_bytes_per_second = \"${BUDGET_MIB}MiB\""
 
 reader() {
@@ -72,18 +89,7 @@ p99() { sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p' <<<"$1"; }
 mbs() { sed -n 's/^MB\/s=\([0-9.]*\).*/\1/p' <<<"$1"; }
 
 alone=$(reader read/alone.bin)
-cat >"$work/cli.toml" <<TOML
-[origin]
-endpoint = "http://$origin"
-[origin.credentials]
-access_key_id = "$ORIGIN_KEY"
-secret_access_key_env = "SHOAL_ORIGIN_SECRET_KEY"
-[cluster]
-nodes = ["$node"]
-[cluster.credentials]
-access_key_id = "$NODE_KEY"
-secret_access_key = "$NODE_SECRET"
-TOML
+cli_toml "$node" >"$work/cli.toml"
 reset_stats
 t0=$(date +%s.%N)
 taskset -c "$READER_CPUS" "$bin/shoal" --config "$work/cli.toml" warm "s3://bench/warm/" >"$work/warm.out" 2>&1 &
@@ -108,15 +114,22 @@ echo "reader p99 beside the warm / alone: $(ratio "$(p99 "$beside")" "$(p99 "$al
 echo "warm + reader took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s; $(tail -n 3 "$work/warm.out" | head -n 1)"
 echo "origin's busiest 5 s: $(printf '%.1f' "$window") MiB/s = $(ratio "$window" "$BUDGET_MIB")x the budget (at most 1.05x wanted)"
 echo "node's budget: $budget_metrics"
+fi
 
 # ---- 2. a throttling origin under a mount
+# sum_of ADDR METRIC: the sum of METRIC's samples on ADDR's /metrics ("-" if none).
+sum_of() {
+  curl -sf "http://$1/metrics" | awk -v m="$2" '$1 == m || index($1, m "{") == 1 { s += $2; n++ } END { if (n) printf "%d", s; else print "-" }'
+}
 mount_read() { # BIN_DIR NAME PER_MILLE: prints what the origin saw
   local bdir=$1 name=$2 pm=$3 m t0 t1 whole=0 i readers=()
   run_node "$bdir" "$name" "$(free_port)"
-  sed "s|^nodes = .*|nodes = [\"$node\"]|" "$work/cli.toml" >"$work/$name-mount.toml"
+  cli_toml "$node" >"$work/$name-mount.toml"
   printf '[cache]\nram_size = "256MiB"\n' >>"$work/$name-mount.toml"
   m="$work/mnt-$name"; mkdir -p "$m"
-  taskset -c "$NODE_CPUS" "$bdir/shoal-mount" --config "$work/$name-mount.toml" --log-file "$work/$name-mount.log" bench "$m"
+  mport=$(free_port)
+  taskset -c "$NODE_CPUS" "$bdir/shoal-mount" --config "$work/$name-mount.toml" --log-file "$work/$name-mount.log" \
+    --metrics-addr "127.0.0.1:$mport" bench "$m"
   mounts+=("$m"); wait_mounted "$m"
   ls "$m/big" >/dev/null
   reset_stats
@@ -135,6 +148,7 @@ import json, sys
 s = json.load(sys.stdin)
 r = sum(k["requests"] for k in s["timeline"]); t = sum(k["throttled"] for k in s["timeline"])
 print(f"{sys.argv[1]} of 8 read whole in {float(sys.argv[3]) - float(sys.argv[2]):.1f} s; origin requests {r}, of them {t} SlowDown")' "$whole" "$t0" "$t1"
+  echo "    mount: $(sum_of "127.0.0.1:$mport" shoal_client_fallbacks_total) blocks from the origin itself, $(sum_of "127.0.0.1:$mport" shoal_mount_origin_budget_throttles_total) throttles seen; node: $(sum_of "$node" shoal_node_origin_budget_throttles_total) throttles seen, $(sum_of "$node" shoal_node_origin_budget_decreases_total) decreases"
   fusermount3 -u "$m" 2>/dev/null || umount -l "$m"
   kill "$npid" 2>/dev/null || true
 }

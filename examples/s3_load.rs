@@ -6,8 +6,8 @@
 //! `SHOAL_LOAD_SECRET_KEY`. `Range` is left out of the signature, so a proxy may
 //! rewrite it. Prints one line: `MB/s=... bytes=... requests=... errors=... seconds=... p50_ms=... p99_ms=...`
 //! (the latencies of whole requests, first byte to last). `--once` instead
-//! reads every block exactly once (N at a time) and reports that single pass: a
-//! cold read when nothing has been read before.
+//! reads every block exactly once (N at a time) and reports that single pass
+//! (latencies too): a cold read when nothing has been read before.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -79,19 +79,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|i| {
                 let c = client.clone();
                 let req = GetObject::new(&bucket, &key).range(range(i));
-                async move { c.get_bytes(&req).await.map(|(_, b)| b.len() as u64) }
+                async move {
+                    let t = Instant::now();
+                    let r = c.get_bytes(&req).await.map(|(_, b)| b.len() as u64);
+                    (r, t.elapsed().as_secs_f64() * 1e3)
+                }
             })
             .buffer_unordered(conc);
-        while let Some(r) = results.next().await {
+        let mut lat = vec![];
+        while let Some((r, ms)) = results.next().await {
             match r {
-                Ok(n) => bytes += n,
+                Ok(n) => {
+                    bytes += n;
+                    lat.push(ms);
+                }
                 Err(_) => errors += 1,
             }
         }
         let s = start.elapsed().as_secs_f64();
+        lat.sort_by(f64::total_cmp);
+        let pct = |p: f64| {
+            lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
         println!(
-            "MB/s={:.1} bytes={bytes} requests={blocks} errors={errors} seconds={s:.2}",
-            bytes as f64 / s / 1e6
+            "MB/s={:.1} bytes={bytes} requests={blocks} errors={errors} seconds={s:.2} p50_ms={:.2} p99_ms={:.2}",
+            bytes as f64 / s / 1e6,
+            pct(0.5),
+            pct(0.99)
         );
         return Ok(());
     }

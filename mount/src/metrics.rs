@@ -140,6 +140,10 @@ pub async fn serve(
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     fs.reader().metrics.register(&mut registry);
+    if let Some(b) = fs.reader().origin().budget() {
+        b.metrics
+            .register(registry.sub_registry_with_prefix("shoal_mount_origin_budget"));
+    }
     let registry = Arc::new(registry);
     tokio::spawn(async move {
         loop {

@@ -37,6 +37,10 @@ pub use types::{
 pub trait ObjectStore: Send + Sync + 'static {
     /// Who answers (an endpoint URL, a test double's name), for messages.
     fn name(&self) -> &str;
+    /// What this process may ask of it, if it keeps a budget (an origin does).
+    fn budget(&self) -> Option<&std::sync::Arc<budget::Budget>> {
+        None
+    }
     /// `HEAD` of an object: its size and ETag, honouring `If-Match`.
     async fn head(&self, req: &GetObject) -> Result<ObjectMeta, StoreError>;
     /// `GET` of an object or a range of it, streamed, honouring `If-Match`.

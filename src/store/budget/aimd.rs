@@ -10,13 +10,14 @@
 //! regrowth.
 //!
 //! Each decrease is an experiment. An origin that throttles because it is asked
-//! too much answers as many requests once asked less; one that throttles a
-//! share of requests whatever the rate (a cold prefix, a partition splitting)
-//! answers fewer, and shrinking the sender further there only starves it while
-//! the origin still answers most requests. So a decrease is judged a little
-//! after it, on the next throttle: if the goodput held, it stands (and, the
-//! origin still throttling, another follows); if the goodput fell with the
-//! rate, it is undone and the budget holds until the share throttled grows.
+//! too much stops throttling, or throttles a far smaller share, once asked
+//! less; one that throttles a share of requests whatever the rate (a cold
+//! prefix, a partition splitting) goes on as before, and shrinking the sender
+//! further there only starves it while the origin still answers most requests.
+//! So a decrease is judged on the next throttle: after a calm second it helped
+//! (and another follows); if throttles never let up for two seconds and the
+//! share throttled did not halve, it is undone and the budget holds until that
+//! share grows.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -41,9 +42,9 @@ const UNBOUNDED_WINDOW: f64 = 1e4;
 /// an origin that counts requests over a second still counts those before it
 /// for that long.
 const JUDGED_AFTER: Duration = Duration::from_secs(2);
-/// A decrease helped if the goodput after it is at least this share of the
-/// goodput before it.
-const HELPED: f64 = 0.8;
+/// Throttles that never let up after a decrease still show it helped if the
+/// share throttled fell to this share of what it was.
+const HELPED: f64 = 0.5;
 /// The rate is set from a goodput of at least this many answers a second;
 /// fewer (a process that just started) say nothing of the origin's rate, and
 /// only the window shrinks.
@@ -69,13 +70,16 @@ pub(super) enum Step {
 enum Phase {
     /// No decrease in this episode yet.
     Open,
-    /// A decrease at `at`, made when the origin answered `goodput` a second,
-    /// from the rate and window before it.
+    /// A decrease at `at`, made when `share` of the last second's answers
+    /// were throttles (`None`: too few answered to set a rate, so only the
+    /// window shrank and the next decrease is the experiment), from the rate
+    /// and window before it; `held` is what an earlier undoing held at.
     Trying {
         at: Instant,
-        goodput: f64,
+        share: Option<f64>,
         rate: Option<f64>,
         window: Option<f64>,
+        held: Option<f64>,
     },
     /// A decrease did not help and was undone at `since`: held until the
     /// share throttled passes `share`, measured a gap after the undoing.
@@ -119,6 +123,12 @@ impl Aimd {
     }
 
     /// The share throttled of the answers of the last second since `since`.
+    /// The share throttled of the last second's answers.
+    fn share(&self) -> f64 {
+        let throttled = self.answers.iter().filter(|(_, t)| *t).count();
+        throttled as f64 / self.answers.len().max(1) as f64
+    }
+
     fn share_since(&self, since: Instant) -> f64 {
         let (mut n, mut throttled) = (0usize, 0usize);
         for (t, th) in &self.answers {
@@ -152,29 +162,36 @@ impl Aimd {
             Phase::Open => self.decrease(now, in_flight),
             Phase::Trying {
                 at,
-                goodput,
+                share,
                 rate,
                 window,
+                held,
             } => {
+                if calm {
+                    // The decrease stopped the throttling a while: the origin
+                    // was asked too much, and is again.
+                    return self.decrease(now, in_flight);
+                }
                 if now.duration_since(at) < JUDGED_AFTER {
                     return Step::Held;
                 }
-                if self.goodput() >= goodput * HELPED {
-                    // The origin answered as many asked less: it was asked
-                    // too much, and still is.
+                if share.is_none_or(|share| self.share() <= share * HELPED) {
                     return self.decrease(now, in_flight);
                 }
                 self.rate = wider(self.rate, rate);
                 self.window = wider(self.window, window);
                 self.phase = Phase::Holding {
                     since: now,
-                    share: None,
+                    share: held,
                 };
                 Step::Undone
             }
             Phase::Holding { since, share } => {
                 let now_share = self.share_since(since);
                 match share {
+                    // Measured over a whole second at the rate restored; never
+                    // above what an earlier undoing held at, so holding does
+                    // not ratchet up with each experiment.
                     None if now.duration_since(since) >= DECREASE_GAP => {
                         self.phase = Phase::Holding {
                             since,
@@ -191,11 +208,17 @@ impl Aimd {
 
     fn decrease(&mut self, now: Instant, in_flight: usize) -> Step {
         let goodput = self.goodput();
+        let held = match self.phase {
+            Phase::Holding { share, .. } => share,
+            Phase::Trying { held, .. } => held,
+            Phase::Open => None,
+        };
         self.phase = Phase::Trying {
             at: now,
-            goodput,
+            share: (goodput >= LEAST_SAMPLE).then(|| self.share()),
             rate: self.rate,
             window: self.window,
+            held,
         };
         let used = (in_flight as f64).max(MIN_WINDOW);
         let window = self.window.map_or(used, |w| w.min(used));

@@ -200,6 +200,20 @@ fn a_rate_bound_origin_is_asked_about_its_rate_within_seconds() {
 }
 
 #[test]
+fn a_rate_bound_origin_that_also_throttles_at_random_is_asked_about_its_rate() {
+    let sent = simulate(200, 0.3, 40);
+    println!("{sent:?}");
+    let settled = &sent[20..];
+    let mean = settled.iter().sum::<usize>() as f64 / settled.len() as f64;
+    // It answers at most 200 a second, 70% of what it is asked: anything from
+    // 200 to about 290 a second keeps it answering all it will.
+    assert!(
+        (180.0..=320.0).contains(&mean),
+        "asked {mean} a second on average: {sent:?}"
+    );
+}
+
+#[test]
 fn random_throttling_does_not_starve_the_sender() {
     let sent = simulate(usize::MAX, 0.6, 20);
     println!("{sent:?}");

@@ -273,6 +273,9 @@ impl ObjectStore for S3Client {
     fn name(&self) -> &str {
         &self.inner.label
     }
+    fn budget(&self) -> Option<&Arc<crate::store::budget::Budget>> {
+        S3Client::budget(self)
+    }
     async fn head(&self, req: &GetObject) -> Result<ObjectMeta, StoreError> {
         self.head_object(req).await
     }
