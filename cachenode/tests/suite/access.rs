@@ -155,10 +155,12 @@ async fn a_key_over_its_rate_gets_slowdown_and_the_others_do_not_wait() {
         "boto3 settled at {settled:.2}/s"
     );
     // Waiting behind the hammer (a shared queue or lock) would cost the quiet
-    // key milliseconds; the hammer's client and its refusals share the two
-    // cores with the quiet reader, which alone has cost it up to 1.5x.
+    // key the hammer's wait, half a second a request at 2/s: a thousand times
+    // its median alone. Sharing the two cores with the hammer's client and its
+    // refusals costs it up to 2x, more beside another busy process: the bound
+    // is for the first, far from the second.
     assert!(
-        beside.as_secs_f64() <= 2.0 * alone.as_secs_f64(),
+        beside.as_secs_f64() <= 10.0 * alone.as_secs_f64(),
         "the quiet key's median went from {alone:?} to {beside:?}"
     );
 }
