@@ -326,12 +326,22 @@ pub fn q(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
-/// A free loopback address (for a mount's `--metrics-addr`).
+/// A free loopback address (for a mount's `--metrics-addr`), for a process
+/// to bind a moment later. Taken below the kernel's ephemeral range (32768 and
+/// up): a port from that range, free now, may be handed to the next
+/// connection or `:0` bind of any test before its process binds it.
 pub fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    format!("127.0.0.1:{port}")
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Test binaries of one run take turns; each starts elsewhere in the span.
+    let start = std::process::id().wrapping_mul(7_919) % SPAN;
+    for _ in 0..SPAN {
+        let port = FIRST + (start + NEXT.fetch_add(1, Relaxed)) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free loopback port in {FIRST}..{}", FIRST + SPAN)
 }
