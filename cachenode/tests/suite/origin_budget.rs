@@ -216,8 +216,18 @@ async fn a_byte_budget_bounds_a_warm_and_a_reader_together() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The reader starts once the warm is under way.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The reader starts once the warm is under way at the origin.
+    wait_for(
+        "the warm's first origin bytes",
+        Duration::from_secs(20),
+        || async {
+            metric(
+                &scrape(addr).await,
+                "shoal_node_origin_budget_bytes_total{class=\"background\"}",
+            ) > 0.0
+        },
+    )
+    .await;
     let failed = read_all(addr, &other).await;
     let read_took = t.elapsed();
     let warm = tokio::task::spawn_blocking(move || warm.wait_with_output())
