@@ -419,3 +419,27 @@ pub async fn head(
     cache_status(api, &mut resp.headers, outcome_of_head());
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use shoal::store::budget::Class;
+
+    fn class_of(v: Option<&str>) -> Result<Class, String> {
+        let mut h = http::HeaderMap::new();
+        if let Some(v) = v {
+            h.insert(shoal::node_proto::CLASS_HEADER, v.parse().unwrap());
+        }
+        super::asked_class(&h).map_err(|e| format!("{e:?}"))
+    }
+
+    #[test]
+    fn a_request_says_its_class_or_is_a_read_and_nonsense_is_refused() {
+        assert_eq!(class_of(None), Ok(Class::Read));
+        assert_eq!(class_of(Some("read-ahead")), Ok(Class::ReadAhead));
+        assert_eq!(class_of(Some("background")), Ok(Class::Background));
+        for bad in ["", "urgent", "READ", "read,background"] {
+            let e = class_of(Some(bad)).expect_err(bad);
+            assert!(e.contains("x-shoal-class must be"), "{bad}: {e}");
+        }
+    }
+}
