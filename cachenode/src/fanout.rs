@@ -1,6 +1,7 @@
 //! Invalidations passed on to every other node: a purge, or a write or delete
 //! through a gateway, is applied here first, then queued and sent in batches to all
-//! live nodes of the cluster (and its `peers`), so no client waits on the fan-out.
+//! live nodes of the cluster, in every zone (and its `peers`), so no client waits
+//! on the fan-out.
 //! A node that misses one (down, cut off) serves nothing stale past `max_age`.
 
 use std::collections::BTreeMap;
@@ -35,7 +36,13 @@ impl Fanout {
         region: &str,
         self_id: Option<String>,
     ) -> Fanout {
-        let membership = Membership::from_config(cluster);
+        // Zones choose where reads go, never who hears an invalidation: the
+        // fan-out ranks nothing, so it takes every node of every zone.
+        let everyone = ClusterConfig {
+            zone: None,
+            ..cluster.clone()
+        };
+        let membership = Membership::from_config(&everyone);
         let _refresh = membership.spawn_refresh();
         let (tx, rx) = mpsc::unbounded_channel();
         let sender = Sender {

@@ -701,6 +701,61 @@ async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_
     );
 }
 
+/// Zones choose where reads and misses go, never who hears an invalidation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_reaches_every_zone_while_reads_stay_in_their_own() {
+    let origin = origin().await;
+    let (la, lb) = (listener().await, listener().await);
+    let (a, b) = (la.local_addr().unwrap(), lb.local_addr().unwrap());
+    let list =
+        format!("[{{ id = \"{a}\", zone = \"zone-a\" }}, {{ id = \"{b}\", zone = \"zone-b\" }}]");
+    let cfg = |zone: &str| {
+        parse(&format!(
+            "{}[cluster]\nmode = \"eventual\"\nzone = \"{zone}\"\nnodes = {list}\nconnect_timeout = \"300ms\"\n\
+             [cluster.credentials]\naccess_key_id = \"{NODE_KEY}\"\nsecret_access_key = \"{NODE_SECRET}\"\n",
+            node_toml(&origin, "revalidate_after = \"1h\"", "")
+        ))
+    };
+    let na = start_node_on(&cfg("zone-a"), la).await;
+    let nb = start_node_on(&cfg("zone-b"), lb).await;
+    let asked = |t: &str| {
+        metric_or_zero(t, "shoal_node_misses_total{tier=\"ram\"}")
+            + metric_or_zero(t, "shoal_node_hits_total{tier=\"ram\"}")
+    };
+    // A cold read through the zone-b node asks no zone-a node: the origin sends
+    // every block to zone b, and zone a's node is asked nothing.
+    let body = data(4 * MIB, 43);
+    origin.put(BUCKET, "zp/obj", body.clone());
+    origin.stats.reset();
+    assert_eq!(get(nb.addr, "zp/obj", None).await.unwrap(), body);
+    assert_eq!(
+        asked(&scrape(na.addr).await),
+        0.0,
+        "zone a's node was asked"
+    );
+    assert_eq!(origin.stats.snapshot().gets_of(BUCKET, "zp/obj"), 4);
+    assert_eq!(get(na.addr, "zp/obj", None).await.unwrap(), body);
+    // A purge sent to zone a reaches zone b, and zone b serves the new bytes.
+    let changed = data(4 * MIB, 44);
+    origin.put(BUCKET, "zp/obj", changed.clone());
+    purge(
+        &client(na.addr),
+        BUCKET,
+        &Purge::Key("zp/obj".into()),
+        false,
+    )
+    .await
+    .unwrap();
+    until(
+        nb.addr,
+        "shoal_node_invalidations_total{kind=\"fanout\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(get(nb.addr, "zp/obj", None).await.unwrap(), changed);
+    assert_eq!(get(na.addr, "zp/obj", None).await.unwrap(), changed);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_owner_trips_the_breaker_and_a_full_queue_sheds_to_the_origin() {
     let origin = origin().await;
