@@ -1,5 +1,6 @@
 //! `shoal-csi`: a CSI node plugin (spec 1.12) that makes S3 buckets Kubernetes
-//! volumes, each read through the shoal cluster by a `shoal-mount` of its own.
+//! volumes, read through the shoal cluster by `shoal-mount`s: one per volume,
+//! mount options and identity on a host, shared by its pods ([`share`]).
 //!
 //! A publish ([`node`]) checks the request ([`volume`], [`options`]), finds the
 //! pod's role for `authenticationSource: pod` ([`pod_identity`], through
@@ -21,6 +22,7 @@ pub mod node;
 pub mod options;
 pub mod pod_identity;
 pub mod published;
+pub mod share;
 pub mod volume;
 pub mod zone;
 
@@ -61,14 +63,22 @@ pub struct Plugin {
     pub default_config: PathBuf,
     pub kube: KubeApi,
     pub volumes: Volumes,
+    /// Stages and publishes of shared mounts.
+    pub binds: share::Binds,
+    /// Where shared mounts are mounted.
+    pub shares: PathBuf,
 }
 
 impl Plugin {
     /// A plugin with the volumes published before it (by an earlier run) taken back.
     pub fn start(c: PluginConfig) -> Result<Arc<Plugin>, String> {
         let root = c.state_dir.join("volumes");
-        std::fs::create_dir_all(&root)
-            .map_err(|e| format!("state directory {}: {e}", root.display()))?;
+        let binds = c.state_dir.join("binds");
+        let shares = c.state_dir.join("shares");
+        for d in [&root, &binds, &shares] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("state directory {}: {e}", d.display()))?;
+        }
         let p = Arc::new(Plugin {
             node_id: c.node_id,
             zone: c.zone,
@@ -77,8 +87,12 @@ impl Plugin {
             default_config: c.default_config,
             kube: c.kube,
             volumes: Volumes::new(root),
+            binds: share::Binds::new(binds),
+            shares,
         });
         p.recover();
+        p.binds.recover();
+        p.stop_orphan_shares();
         Ok(p)
     }
 

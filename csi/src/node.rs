@@ -1,5 +1,7 @@
-//! The Node service: publishing a volume is starting its mount at the target,
-//! unpublishing is ending it. Publishes are idempotent (the same target and
+//! The Node service: staging a volume starts its shared mount and publishing
+//! binds it at the target ([`crate::share`]); a publish that was not staged (an
+//! inline volume) starts a mount of its own at the target. Unpublishing ends
+//! what publishing made. Publishes are idempotent (the same target and
 //! volume again: OK, and a pod's token refreshed), a different volume or other
 //! attributes on a published target are ALREADY_EXISTS, unpublishing what is not
 //! there is OK.
@@ -34,7 +36,12 @@ impl Node for Arc<Plugin> {
         let spec = VolumeSpec::from_publish(req.get_ref(), &self.default_config)?;
         let lock = self.volumes.lock(&spec.target);
         let _held = lock.lock().await;
-        self.publish(spec).await?;
+        if req.get_ref().staging_target_path.is_empty() {
+            // A CO that does not stage (an inline volume): a mount of its own.
+            self.publish(spec).await?;
+        } else {
+            self.bind(spec, false).await?;
+        }
         Ok(Response::new(proto::NodePublishVolumeResponse {}))
     }
 
@@ -52,6 +59,9 @@ impl Node for Arc<Plugin> {
         let target = PathBuf::from(&r.target_path);
         let lock = self.volumes.lock(&target);
         let _held = lock.lock().await;
+        if self.unbind(&target).await? {
+            return Ok(Response::new(proto::NodeUnpublishVolumeResponse {}));
+        }
         let me = self.clone();
         tokio::task::spawn_blocking(move || me.unpublish(&target))
             .await
@@ -68,7 +78,11 @@ impl Node for Arc<Plugin> {
             r#type: Some(Cap::Rpc(Rpc { r#type: t as i32 })),
         };
         Ok(Response::new(proto::NodeGetCapabilitiesResponse {
-            capabilities: vec![cap(Type::GetVolumeStats), cap(Type::VolumeCondition)],
+            capabilities: vec![
+                cap(Type::StageUnstageVolume),
+                cap(Type::GetVolumeStats),
+                cap(Type::VolumeCondition),
+            ],
         }))
     }
 
@@ -103,7 +117,11 @@ impl Node for Arc<Plugin> {
             .lock()
             .unwrap()
             .get(&path)
-            .is_some_and(|p| p.record.fingerprint.volume_id == r.volume_id);
+            .is_some_and(|p| p.record.fingerprint.volume_id == r.volume_id)
+            || self
+                .binds
+                .get(&path)
+                .is_some_and(|b| b.fingerprint.volume_id == r.volume_id);
         if !published {
             return Err(CsiError::NotFound(format!(
                 "volume {:?} is not published at {}",
@@ -123,16 +141,32 @@ impl Node for Arc<Plugin> {
 
     async fn node_stage_volume(
         &self,
-        _: Request<proto::NodeStageVolumeRequest>,
+        req: Request<proto::NodeStageVolumeRequest>,
     ) -> Answer<proto::NodeStageVolumeResponse> {
-        Err(Status::unimplemented("shoal volumes are not staged"))
+        let spec = VolumeSpec::from_stage(req.get_ref(), &self.default_config)?;
+        let lock = self.volumes.lock(&spec.target);
+        let _held = lock.lock().await;
+        self.stage(spec).await?;
+        Ok(Response::new(proto::NodeStageVolumeResponse {}))
     }
 
     async fn node_unstage_volume(
         &self,
-        _: Request<proto::NodeUnstageVolumeRequest>,
+        req: Request<proto::NodeUnstageVolumeRequest>,
     ) -> Answer<proto::NodeUnstageVolumeResponse> {
-        Err(Status::unimplemented("shoal volumes are not staged"))
+        let r = req.get_ref();
+        if r.volume_id.is_empty() {
+            return Err(CsiError::Invalid("volume_id is missing".into()).into());
+        }
+        if r.staging_target_path.is_empty() {
+            return Err(CsiError::Invalid("staging_target_path is missing".into()).into());
+        }
+        let path = PathBuf::from(&r.staging_target_path);
+        let lock = self.volumes.lock(&path);
+        let _held = lock.lock().await;
+        // Unstaging what is not staged (a pod-credentials volume) is fine.
+        self.unbind(&path).await?;
+        Ok(Response::new(proto::NodeUnstageVolumeResponse {}))
     }
 
     async fn node_expand_volume(
@@ -145,7 +179,7 @@ impl Node for Arc<Plugin> {
 
 impl Plugin {
     /// Publishes `spec`, or finds it published already.
-    async fn publish(self: &Arc<Self>, spec: VolumeSpec) -> Result<(), CsiError> {
+    pub(crate) async fn publish(self: &Arc<Self>, spec: VolumeSpec) -> Result<(), CsiError> {
         let fingerprint = spec.fingerprint();
         let dir = self.volumes.dir_for(&spec.target);
         let existing = self
@@ -364,7 +398,7 @@ impl Plugin {
     }
 
     /// Ends the mount at `target` (if any) and removes what publishing made.
-    fn unpublish(&self, target: &Path) -> Result<(), CsiError> {
+    pub(crate) fn unpublish(&self, target: &Path) -> Result<(), CsiError> {
         let published = self.volumes.map.lock().unwrap().remove(target);
         let dir = self.volumes.dir_for(target);
         if published.is_some() || shoal_mount::is_mounted(target) {
@@ -401,7 +435,7 @@ impl Plugin {
     }
 
     fn stats(&self, path: &Path) -> (Vec<proto::VolumeUsage>, proto::VolumeCondition) {
-        let look = condition::look(path, &control_of(&self.volumes.dir_for(path)));
+        let look = condition::look(path, &self.control_for(path));
         use proto::volume_usage::Unit;
         let usage = |unit: Unit, total: u64, free: u64| proto::VolumeUsage {
             available: free as i64,
@@ -436,7 +470,7 @@ impl Plugin {
 }
 
 /// Whether `target` is a mount that answers (not one whose connection died).
-fn mount_is_live(target: &Path) -> bool {
+pub(crate) fn mount_is_live(target: &Path) -> bool {
     shoal_mount::is_mounted(target) && std::fs::metadata(target).is_ok()
 }
 

@@ -38,7 +38,18 @@ pub enum Auth {
     },
 }
 
-/// A checked publish request.
+/// The parts of a publish or stage request a volume is checked from.
+struct Request<'a> {
+    volume_id: &'a str,
+    /// `target_path` or `staging_target_path`, for the messages.
+    path_name: &'a str,
+    path: &'a str,
+    capability: Option<&'a proto::VolumeCapability>,
+    context: &'a HashMap<String, String>,
+    secrets: &'a HashMap<String, String>,
+}
+
+/// A checked publish (or stage) request.
 #[derive(Clone, Debug)]
 pub struct VolumeSpec {
     pub volume_id: String,
@@ -77,22 +88,57 @@ impl VolumeSpec {
         req: &proto::NodePublishVolumeRequest,
         default_config: &std::path::Path,
     ) -> Result<VolumeSpec, CsiError> {
+        Self::from_request(
+            Request {
+                volume_id: &req.volume_id,
+                path_name: "target_path",
+                path: &req.target_path,
+                capability: req.volume_capability.as_ref(),
+                context: &req.volume_context,
+                secrets: &req.secrets,
+            },
+            default_config,
+        )
+    }
+
+    /// Checks a NodeStageVolume: the spec's target is the staging path.
+    pub fn from_stage(
+        req: &proto::NodeStageVolumeRequest,
+        default_config: &std::path::Path,
+    ) -> Result<VolumeSpec, CsiError> {
+        Self::from_request(
+            Request {
+                volume_id: &req.volume_id,
+                path_name: "staging_target_path",
+                path: &req.staging_target_path,
+                capability: req.volume_capability.as_ref(),
+                context: &req.volume_context,
+                secrets: &req.secrets,
+            },
+            default_config,
+        )
+    }
+
+    fn from_request(
+        req: Request<'_>,
+        default_config: &std::path::Path,
+    ) -> Result<VolumeSpec, CsiError> {
         let invalid = |m: &str| CsiError::Invalid(m.to_owned());
         if req.volume_id.is_empty() {
             return Err(invalid("volume_id is missing"));
         }
-        if req.target_path.is_empty() {
-            return Err(invalid("target_path is missing"));
+        if req.path.is_empty() {
+            return Err(CsiError::Invalid(format!("{} is missing", req.path_name)));
         }
-        let target = PathBuf::from(&req.target_path);
+        let target = PathBuf::from(req.path);
         if !target.is_absolute() {
             return Err(CsiError::Invalid(format!(
-                "target_path {:?} is not an absolute path",
-                req.target_path
+                "{} {:?} is not an absolute path",
+                req.path_name, req.path
             )));
         }
         let cap = req
-            .volume_capability
+            .capability
             .as_ref()
             .ok_or_else(|| invalid("volume_capability is missing"))?;
         let flags = match &cap.access_type {
@@ -109,7 +155,7 @@ impl VolumeSpec {
             return Err(invalid("volume_capability's access mode is missing"));
         }
         let args = crate::options::to_args(flags)?;
-        let ctx = &req.volume_context;
+        let ctx = req.context;
         for k in ctx.keys() {
             if !ATTRIBUTES.contains(&k.as_str()) && !k.starts_with(KUBELET_PREFIX) {
                 return Err(CsiError::Invalid(format!(
@@ -142,7 +188,7 @@ impl VolumeSpec {
         }
         let (auth, token) = match ctx.get("authenticationSource").map(String::as_str) {
             None | Some("driver") => (Auth::Driver, None),
-            Some("pod") => pod_auth(ctx, &req.secrets)?,
+            Some("pod") => pod_auth(ctx, req.secrets)?,
             Some(other) => {
                 return Err(CsiError::Invalid(format!(
                     "volume attribute authenticationSource {other:?} is neither driver nor pod"
@@ -169,7 +215,7 @@ impl VolumeSpec {
             }
         };
         Ok(VolumeSpec {
-            volume_id: req.volume_id.clone(),
+            volume_id: req.volume_id.to_owned(),
             target,
             bucket,
             prefix,

@@ -12,4 +12,5 @@ mod grpc_python;
 mod node;
 mod pod_credentials;
 mod restart;
+mod share;
 mod systemd;

@@ -9,16 +9,16 @@ use crate::common::*;
 use shoal_csi::proto;
 
 /// The cluster, the origin with a small tree, a mount config, and the plugin.
-struct Rig {
-    origin: Origin,
-    nodes: Vec<NodeProcess>,
-    dir: tempfile::TempDir,
-    plugin: Plugin,
-    files: Vec<(String, bytes::Bytes)>,
+pub(crate) struct Rig {
+    pub origin: Origin,
+    pub nodes: Vec<NodeProcess>,
+    pub dir: tempfile::TempDir,
+    pub plugin: Plugin,
+    pub files: Vec<(String, bytes::Bytes)>,
 }
 
 /// Two nodes in the plugin's zone.
-async fn rig() -> Rig {
+pub(crate) async fn rig() -> Rig {
     rig_in(&[ZONE, ZONE], &[]).await
 }
 
@@ -56,7 +56,7 @@ async fn rig_in(zones: &[&str], plugin_args: &[&str]) -> Rig {
     }
 }
 
-fn sh(cmd: &str) -> std::process::Output {
+pub(crate) fn sh(cmd: &str) -> std::process::Output {
     std::process::Command::new("sh")
         .args(["-c", cmd])
         .output()
@@ -108,6 +108,12 @@ async fn identity_and_node_answer_as_csi_sanity_expects() {
     assert!(
         ncaps.iter().all(|c| c.r#type.is_some()),
         "every one has its rpc"
+    );
+    use proto::node_service_capability::{rpc::Type, Rpc, Type as Cap};
+    assert!(
+        ncaps.iter().any(|c| matches!(&c.r#type,
+            Some(Cap::Rpc(Rpc { r#type })) if *r#type == Type::StageUnstageVolume as i32)),
+        "kubelet stages a volume once per node before its publishes: {ncaps:?}"
     );
     let ninfo = node
         .node_get_info(proto::NodeGetInfoRequest {})
@@ -460,7 +466,7 @@ fn dir_bytes(p: &std::path::Path) -> u64 {
 
 /// Requests a node sent to the origin for blocks and ranges (what it fetched to
 /// serve reads).
-async fn origin_fetches(node: &NodeProcess) -> f64 {
+pub(crate) async fn origin_fetches(node: &NodeProcess) -> f64 {
     let page = scrape(&node.addr).await;
     ["block", "range", "object"]
         .iter()

@@ -213,3 +213,53 @@ pub fn pod_volume_dir(root: &Path, pod: &str, pv: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d.join("mount")
 }
+
+/// A stage of `volume_id` at `staging` with `attributes` and mount `flags`, as
+/// kubelet sends it before the first publish of a volume on its node.
+pub fn stage(
+    volume_id: &str,
+    staging: &Path,
+    attributes: &[(&str, &str)],
+    flags: &[&str],
+) -> proto::NodeStageVolumeRequest {
+    proto::NodeStageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(mount_capability(flags)),
+        volume_context: attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+        ..Default::default()
+    }
+}
+
+/// A publish of a staged volume: [`publish`] with the staging path kubelet names.
+pub fn publish_staged(
+    volume_id: &str,
+    staging: &Path,
+    target: &Path,
+    attributes: &[(&str, &str)],
+    flags: &[&str],
+) -> proto::NodePublishVolumeRequest {
+    proto::NodePublishVolumeRequest {
+        staging_target_path: staging.display().to_string(),
+        ..publish(volume_id, target, attributes, flags)
+    }
+}
+
+pub fn unstage(volume_id: &str, staging: &Path) -> proto::NodeUnstageVolumeRequest {
+    proto::NodeUnstageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: staging.display().to_string(),
+    }
+}
+
+/// kubelet's staging path of a volume (`.../globalmount`), made as kubelet makes it.
+pub fn staging_dir(root: &Path, pv: &str) -> PathBuf {
+    let d = root.join(format!(
+        "plugins/kubernetes.io/csi/csi.shoal/{pv}/globalmount"
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
