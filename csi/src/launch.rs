@@ -42,6 +42,9 @@ pub struct Launch {
     pub description: String,
     /// Where a `systemd` unit's environment is written for it (mode 0600).
     pub env_file: PathBuf,
+    /// The unit's `MemoryMax=` (`systemd`; the mount fits its caches to it
+    /// under either launcher).
+    pub memory_max: Option<u64>,
 }
 
 impl Launcher {
@@ -84,6 +87,7 @@ impl Launcher {
                     .arg(format!("--description={}", l.description))
                     .args(["--collect", "--quiet", "--property=Type=notify"])
                     .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"])
+                    .args(l.memory_max.map(|m| format!("--property=MemoryMax={m}")))
                     .arg("--")
                     .arg(&l.mount_bin)
                     .arg("--foreground")

@@ -325,6 +325,15 @@ impl Plugin {
         if let Some(z) = &self.zone {
             args.push(format!("--zone={z}"));
         }
+        let memory_max = match &spec.memory_limit {
+            Some(m) => {
+                shoal::config::units::Size::parse(m)
+                    .map_err(|e| CsiError::Invalid(format!("volume attribute memoryLimit: {e}")))?
+                    .0
+            }
+            None => shoal_mount::memory::default_limit(shoal_mount::memory::host_memory()),
+        };
+        args.push(format!("--memory-limit={memory_max}"));
         args.push(spec.source());
         args.push(spec.target.display().to_string());
         let mut env = Vec::new();
@@ -375,6 +384,7 @@ impl Plugin {
             fingerprint: spec.fingerprint(),
             args,
             env,
+            memory_max: Some(memory_max),
         })
     }
 
@@ -385,6 +395,7 @@ impl Plugin {
             env: r.env.clone(),
             log: dir.join("mount.log"),
             env_file: dir.join("unit.env"),
+            memory_max: r.memory_max,
             unit: crate::launch::unit_name(
                 &r.fingerprint.volume_id,
                 &dir.file_name().unwrap_or_default().to_string_lossy(),

@@ -23,6 +23,9 @@ pub struct Record {
     /// `shoal-mount`'s arguments and environment, to start a keeper again.
     pub args: Vec<String>,
     pub env: Vec<(String, Option<String>)>,
+    /// The unit's `MemoryMax=` in bytes (absent in records of plugins before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
 }
 
 /// One published volume.

@@ -368,6 +368,7 @@ mod tests {
             args: vec![],
             auth,
             cache: None,
+            memory_limit: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! What a NodePublishVolume asks for, checked: the volume, its target, its
 //! attributes (`bucket`, `prefix`, `config`, `authenticationSource`, `cache`,
-//! `cacheSize`; Kubernetes adds its own `csi.storage.k8s.io/*`) and its mount
+//! `cacheSize`, `memoryLimit`; Kubernetes adds its own `csi.storage.k8s.io/*`) and its mount
 //! options. Anything missing or wrong is an INVALID_ARGUMENT naming what, found
 //! before anything on the node is touched.
 
@@ -23,6 +23,7 @@ const ATTRIBUTES: &[&str] = &[
     "authenticationSource",
     "cache",
     "cacheSize",
+    "memoryLimit",
 ];
 
 /// Whose credentials read the volume.
@@ -67,6 +68,9 @@ pub struct VolumeSpec {
     pub token: Option<String>,
     /// A disk tier of this size, living and dying with the volume (`cache: emptyDir`).
     pub cache: Option<String>,
+    /// `memoryLimit` as given: the mount's unit's `MemoryMax=` and what its
+    /// caches are fitted to (none: a default from the host's memory).
+    pub memory_limit: Option<String>,
     pub ephemeral: bool,
 }
 
@@ -80,6 +84,9 @@ pub struct Fingerprint {
     pub args: Vec<String>,
     pub auth: Auth,
     pub cache: Option<String>,
+    /// Absent in the records of plugins before it: the same as not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
 }
 
 impl VolumeSpec {
@@ -214,7 +221,22 @@ impl VolumeSpec {
                 ))
             }
         };
+        let memory_limit = match ctx.get("memoryLimit") {
+            None => None,
+            Some(m) => {
+                let size = shoal::config::units::Size::parse(m)
+                    .map_err(|e| CsiError::Invalid(format!("volume attribute memoryLimit: {e}")))?;
+                if size.0 < shoal_mount::memory::LIMIT_MIN {
+                    return Err(CsiError::Invalid(format!(
+                        "volume attribute memoryLimit {m:?} is below the least a mount runs in ({} MiB)",
+                        shoal_mount::memory::LIMIT_MIN >> 20
+                    )));
+                }
+                Some(m.clone())
+            }
+        };
         Ok(VolumeSpec {
+            memory_limit,
             volume_id: req.volume_id.to_owned(),
             target,
             bucket,
@@ -237,6 +259,7 @@ impl VolumeSpec {
             args: self.args.clone(),
             auth: self.auth.clone(),
             cache: self.cache.clone(),
+            memory_limit: self.memory_limit.clone(),
         }
     }
 

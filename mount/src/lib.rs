@@ -16,6 +16,7 @@ pub mod keeper;
 /// FUSE's wire protocol, a crate of its own that knows nothing of shoal.
 pub use fusewire as kernel;
 pub mod link;
+pub mod memory;
 pub mod metrics;
 pub mod passthrough;
 pub mod pipes;
@@ -45,7 +46,35 @@ pub struct MountSpec {
     pub negative_ttl: Duration,
     pub prefetch_files: usize,
     pub cache_size: u64,
+    /// The memory the mount is held to (`--memory-limit`): its RAM tier, blocks
+    /// in flight and read window derive from it ([`memory`]).
+    pub memory_limit: Option<u64>,
     pub metrics_addr: Option<SocketAddr>,
+}
+
+impl MountSpec {
+    /// What the cluster reader is built with: the config's `[cluster]` (or the
+    /// origin alone) and the RAM tier, fitted to the memory limit if there is one.
+    pub fn reader_budgets(
+        &self,
+    ) -> Result<(Option<shoal::config::ClusterConfig>, u64, Option<usize>), String> {
+        let Some(limit) = self.memory_limit else {
+            return Ok((self.config.reader_cluster(), self.cache_size, None));
+        };
+        let mut cluster = self
+            .config
+            .reader_cluster()
+            .unwrap_or_else(shoal::config::ClusterConfig::standalone);
+        let b = memory::Budgets::derive(
+            limit,
+            cluster.block_size,
+            self.cache_size,
+            cluster.read_window,
+        )
+        .map_err(|e| format!("--memory-limit: {e}"))?;
+        cluster.read_window = b.read_window;
+        Ok((Some(cluster), b.ram, Some(b.inflight_blocks)))
+    }
 }
 
 /// `BUCKET[/PREFIX]` as (bucket, prefix ending in `/` or empty).

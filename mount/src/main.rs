@@ -69,6 +69,11 @@ struct Args {
     /// Client RAM tier for blocks, like "512MiB".
     #[arg(long, value_name = "SIZE")]
     cache_size: Option<String>,
+    /// Hold the mount to this much memory, like "1GiB": its RAM tier, blocks in
+    /// flight and read window are made to fit (never above what they are set
+    /// to), so it lives under a cgroup's MemoryMax= of that size. At least 64MiB.
+    #[arg(long, value_name = "SIZE")]
+    memory_limit: Option<String>,
     /// Cluster blocks in flight per sequential reader, 1 to 1024 (default: the
     /// config's cluster.read_window, else 8).
     #[arg(long, value_name = "BLOCKS")]
@@ -123,7 +128,7 @@ struct Args {
     #[arg(long, hide = true)]
     serve: bool,
     /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
-    /// file_mode=M, dir_mode=M, metadata_ttl=D, metadata=cluster|origin, cache_size=S, read_window=N, prefetch_files=N,
+    /// file_mode=M, dir_mode=M, metadata_ttl=D, metadata=cluster|origin, cache_size=S, memory_limit=S, read_window=N, prefetch_files=N,
     /// disk_cache=DIR, disk_cache_size=S, zone=Z, config=FILE, foreground; _netdev, nofail,
     /// noauto, defaults and the like are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
@@ -167,6 +172,7 @@ fn apply_o(args: &mut Args) -> Result<(), String> {
             "metadata_ttl" => args.metadata_ttl = args.metadata_ttl.take().or(Some(need(v)?)),
             "metadata" => args.metadata = args.metadata.take().or(Some(need(v)?)),
             "cache_size" => args.cache_size = args.cache_size.take().or(Some(need(v)?)),
+            "memory_limit" => args.memory_limit = args.memory_limit.take().or(Some(need(v)?)),
             "read_window" => {
                 args.read_window = args.read_window.or(Some(
                     need(v)?
@@ -272,9 +278,18 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
         negative_ttl: m.negative_ttl,
         prefetch_files: m.prefetch_files,
         cache_size: config.cache.ram_size,
+        memory_limit: args
+            .memory_limit
+            .as_deref()
+            .map(Size::parse)
+            .transpose()
+            .map_err(|e| format!("--memory-limit: {e}"))?
+            .map(|s| s.0),
         metrics_addr: args.metrics_addr.or(config.metrics_listen),
         config,
     };
+    // A limit too small for the blocks is an error now, not at the first read.
+    spec.reader_budgets()?;
     Ok((spec, args.foreground))
 }
 

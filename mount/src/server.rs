@@ -193,15 +193,25 @@ async fn build(
         }
         None => None,
     };
+    let (cluster, ram_bytes, max_inflight_blocks) = spec.reader_budgets()?;
+    if let Some(limit) = spec.memory_limit {
+        tracing::info!(
+            limit,
+            ram_tier = ram_bytes,
+            inflight_blocks = max_inflight_blocks,
+            read_window = cluster.as_ref().map(|c| c.read_window),
+            "budgets fitted to the memory limit"
+        );
+    }
     let reader = ClusterReader::new(
         origin,
-        spec.config.reader_cluster().as_ref(),
+        cluster.as_ref(),
         ReaderOptions {
-            ram_bytes: spec.cache_size,
+            ram_bytes,
             disk: disk
                 .clone()
                 .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
-            max_inflight_blocks: None,
+            max_inflight_blocks,
             queue_wait: None,
             evicting: spec.config.evicting(),
         },

@@ -325,6 +325,16 @@ async fn bad_attributes_and_options_are_invalid_and_a_failing_mount_is_internal(
             "authenticationSource",
         ),
         (
+            vec![("bucket", BUCKET), ("memoryLimit", "lots")],
+            vec![],
+            "memoryLimit",
+        ),
+        (
+            vec![("bucket", BUCKET), ("memoryLimit", "1MiB")],
+            vec![],
+            "memoryLimit",
+        ),
+        (
             vec![("bucket", BUCKET), ("cache", "tmpfs")],
             vec![],
             "cache",

@@ -111,7 +111,11 @@ async fn a_units_secrets_come_from_a_private_file_not_its_command_line() {
     node.node_publish_volume(publish(
         "vol-u",
         &target,
-        &[("bucket", BUCKET), ("prefix", "u")],
+        &[
+            ("bucket", BUCKET),
+            ("prefix", "u"),
+            ("memoryLimit", "256MiB"),
+        ],
         &[],
     ))
     .await
@@ -132,6 +136,14 @@ async fn a_units_secrets_come_from_a_private_file_not_its_command_line() {
         unit.is_some_and(|u| u.starts_with("shoal-csi-vol-u-") && u.ends_with(".service")),
         "the unit's name says its volume: {unit:?}"
     );
+    // The volume's memory limit: the unit's, and what the mount fits itself to.
+    for want in ["--property=MemoryMax=268435456", "--memory-limit=268435456"] {
+        assert!(
+            calls[0].iter().any(|a| a == want),
+            "{want} in {:?}",
+            calls[0]
+        );
+    }
     for arg in &calls[0] {
         for secret in [&cluster_secret, &aws_secret] {
             assert!(

@@ -49,6 +49,14 @@ async fn bad_use_is_refused_clearly() {
             "--cache-size",
         ),
         (
+            vec!["--config", c, "--memory-limit", "lots", BUCKET, m],
+            "--memory-limit",
+        ),
+        (
+            vec!["--config", c, "-o", "memory_limit=1MiB", BUCKET, m],
+            "--memory-limit: a memory limit of 1048576 bytes is below the least a mount runs in (160 MiB)",
+        ),
+        (
             vec!["--config", c, "--prefetch-files", "5000", BUCKET, m],
             "--prefetch-files: 5000 is out of range 0..=4096",
         ),

@@ -188,3 +188,83 @@ async fn rss_stays_within_tiers_and_budgets_under_32_readers() {
     assert!(mount_peak > mount_rest + MOUNT_RAM / 2);
     assert!(node_peak > node_rest + NODE_RAM / 2);
 }
+
+/// A mount held to a memory limit (`--memory-limit`, what a CSI volume's
+/// `memoryLimit` gives it along with its unit's `MemoryMax=`): 16 readers of
+/// distinct files, twice the limit together, and the keeper and server peak
+/// under it. With the default RAM tier alone (256 MiB) they would not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_holds_the_mount_under_it_with_16_readers() {
+    const LIMIT: u64 = 256 * MIB;
+    const READERS: usize = 16;
+    const SIZE: usize = 32 << 20;
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut bodies = Vec::new();
+    for i in 0..READERS {
+        let b = data(SIZE + i * 4099, 300 + i as u64);
+        o.put(BUCKET, &format!("lim/f{i:02}"), b.clone());
+        bodies.push(b);
+    }
+    let node = start_node_with(&o, dir.path(), "n", "[cache]\nram_size = \"64MiB\"\n");
+    let mut m = Mount::start_logged(
+        &mount_toml(&o, &[&node], ""),
+        BUCKET,
+        &[&format!("--memory-limit={LIMIT}")],
+    );
+    let server = m.server_pid();
+    let keeper = m.child.as_ref().unwrap().id();
+    assert!(
+        m.log().contains("budgets fitted to the memory limit"),
+        "{}",
+        m.log()
+    );
+    let threads: Vec<_> = (0..READERS)
+        .map(|r| {
+            let path = m.path(&format!("lim/f{r:02}"));
+            let want = bodies[r].clone();
+            std::thread::spawn(move || {
+                let mut opts = std::fs::OpenOptions::new();
+                opts.read(true);
+                if r % 2 == 0 {
+                    opts.custom_flags(libc::O_DIRECT);
+                }
+                let mut f = opts.open(&path).unwrap();
+                let mut buf = vec![0u8; MIB as usize];
+                let mut at = 0;
+                loop {
+                    let n = f.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    assert_eq!(buf[..n], want[at..at + n], "reader {r} at {at}");
+                    at += n;
+                }
+                assert_eq!(at, want.len(), "reader {r} read the whole file");
+            })
+        })
+        .collect();
+    for t in threads {
+        tokio::task::spawn_blocking(move || t.join().unwrap())
+            .await
+            .unwrap();
+    }
+    let (_, server_peak) = rss(server);
+    let (_, keeper_peak) = rss(keeper);
+    eprintln!(
+        "{READERS} readers x {} MiB under a {} MiB limit: server peak {} MiB, keeper peak {} MiB",
+        SIZE / (1 << 20),
+        LIMIT / MIB,
+        server_peak / MIB,
+        keeper_peak / MIB
+    );
+    assert!(
+        server_peak + keeper_peak <= LIMIT,
+        "server {} MiB + keeper {} MiB over the limit of {} MiB",
+        server_peak / MIB,
+        keeper_peak / MIB,
+        LIMIT / MIB
+    );
+    assert_eq!(m.server_pid(), server, "the server was never replaced");
+    m.stop(std::time::Duration::from_secs(10));
+}
