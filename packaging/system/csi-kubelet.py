@@ -4,7 +4,9 @@ packaging/system/csi.sh: grpc-python with stubs compiled from csi/proto.
 
   csi-kubelet.py SOCKET probe
   csi-kubelet.py SOCKET info
-  csi-kubelet.py SOCKET publish VOLUME TARGET [--attr K=V]... [--secret K=V]... [--flag F]...
+  csi-kubelet.py SOCKET stage VOLUME STAGING [--attr K=V]... [--secret K=V]... [--flag F]...
+  csi-kubelet.py SOCKET unstage VOLUME STAGING
+  csi-kubelet.py SOCKET publish VOLUME TARGET [--staging STAGING] [--attr K=V]... [--secret K=V]... [--flag F]...
   csi-kubelet.py SOCKET unpublish VOLUME TARGET
   csi-kubelet.py SOCKET stats VOLUME TARGET
 
@@ -48,12 +50,14 @@ def pairs(items):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("socket")
-    p.add_argument("call", choices=["probe", "info", "publish", "unpublish", "stats"])
+    p.add_argument("call", choices=["probe", "info", "stage", "unstage", "publish", "unpublish",
+                                    "stats"])
     p.add_argument("volume", nargs="?")
     p.add_argument("target", nargs="?")
     p.add_argument("--attr", action="append")
     p.add_argument("--secret", action="append")
     p.add_argument("--flag", action="append")
+    p.add_argument("--staging", default="")
     a = p.parse_args()
 
     import grpc
@@ -67,15 +71,23 @@ def main():
                 answer = identity.GetPluginInfo(pb.GetPluginInfoRequest(), timeout=10)
             elif a.call == "info":
                 answer = node.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=10)
-            elif a.call == "publish":
+            elif a.call in ("stage", "publish"):
                 cap = pb.VolumeCapability(
                     mount=pb.VolumeCapability.MountVolume(mount_flags=a.flag or []),
                     access_mode=pb.VolumeCapability.AccessMode(
                         mode=pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY))
-                answer = node.NodePublishVolume(pb.NodePublishVolumeRequest(
-                    volume_id=a.volume, target_path=a.target, volume_capability=cap,
-                    readonly=True, secrets=pairs(a.secret), volume_context=pairs(a.attr)),
-                    timeout=60)
+                if a.call == "stage":
+                    answer = node.NodeStageVolume(pb.NodeStageVolumeRequest(
+                        volume_id=a.volume, staging_target_path=a.target, volume_capability=cap,
+                        secrets=pairs(a.secret), volume_context=pairs(a.attr)), timeout=60)
+                else:
+                    answer = node.NodePublishVolume(pb.NodePublishVolumeRequest(
+                        volume_id=a.volume, target_path=a.target, staging_target_path=a.staging,
+                        volume_capability=cap, readonly=True, secrets=pairs(a.secret),
+                        volume_context=pairs(a.attr)), timeout=60)
+            elif a.call == "unstage":
+                answer = node.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(
+                    volume_id=a.volume, staging_target_path=a.target), timeout=60)
             elif a.call == "unpublish":
                 answer = node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(
                     volume_id=a.volume, target_path=a.target), timeout=60)

@@ -66,6 +66,11 @@ mkdir -p "$work/seed/alpha" "$work/seed/beta"
 head -c 3145728 /dev/urandom >"$work/seed/alpha/big.bin"
 for i in 1 2 3; do head -c $((i * 70000 + 13)) /dev/urandom >"$work/seed/alpha/small-$i.bin"; done
 head -c 1048577 /dev/urandom >"$work/seed/beta/other.bin"
+# A file 16 pods read through one staged volume.
+shared_mib=256
+mkdir -p "$work/seed/shared"
+head -c $((shared_mib << 20)) /dev/urandom >"$work/seed/shared/big.bin"
+shared_md5=$(md5sum <"$work/seed/shared/big.bin" | cut -d' ' -f1)
 SHOAL_ORIGIN_ACCESS_KEY=$origin_key SHOAL_ORIGIN_SECRET_KEY=$origin_secret \
   target/release/shoal-test-origin --listen 127.0.38.1:0 --bucket csi --seed "$work/seed" \
   --addr-file "$work/origin.addr" 2>"$work/origin.log" &
@@ -139,7 +144,7 @@ check "dpkg -i installs the package" in_system dpkg -i /root/shoal.deb
 # container), the mount config (its ConfigMap), the secrets as environment
 # variables (secretKeyRef), and kubelet's directories.
 mkdir -p "$(system_path "$pods")" "$(system_path /root/expect)"
-cp -r "$work/seed/." "$(system_path /root/expect)/"
+cp -r "$work/seed/alpha" "$work/seed/beta" "$(system_path /root/expect)/"
 in_system install -D -m 0755 /usr/bin/shoal-mount "$plugin_dir/bin/shoal-mount"
 cat >"$(system_path /etc/shoal/mount.toml)" <<TOML
 # Origin keys from the credential chain (the driver's environment); the cluster
@@ -363,4 +368,72 @@ kubelet unpublish vol-beta "$target_b" >/dev/null &&
   check "and reads byte-exact" in_system cmp "$target_b/other.bin" /root/expect/beta/other.bin
 unpublish vol-beta "$target_b" "$unit_b"
 check "no shoal-csi transient unit left" test -z "$(units)"
+
+echo "== NodeStageVolume: 16 pods of one volume share one mount"
+# kubelet stages a volume once on its node, then publishes it for each pod.
+staging=/var/lib/kubelet/plugins/kubernetes.io/csi/csi.shoal/pv-shared/globalmount
+in_system mkdir -p "$staging"
+cached() { in_system awk '$1 == "Cached:" {print int($2 / 1024)}' /proc/meminfo; }
+node_origin_mib() { curl -s "http://$node/metrics" | awk '$1 == "shoal_node_origin_bytes_total" {print int($2 / 1048576)}'; }
+check "stage vol-shared (a 256 MiB memory limit)" kubelet stage vol-shared "$staging" --attr bucket=csi --attr prefix=shared --attr memoryLimit=256MiB
+shared_targets=()
+for i in $(seq 16); do
+  t=$pods/pod-s$i/volumes/kubernetes.io~csi/pv-shared/mount
+  in_system mkdir -p "$(dirname "$t")"
+  kubelet publish vol-shared "$t" --staging "$staging" --attr bucket=csi --attr prefix=shared >"$work/check.log" 2>&1 ||
+    { bad "publish vol-shared for pod-s$i"; cat "$work/check.log"; }
+  shared_targets+=("$t")
+done
+units | sed 's/^/     list-units: /'
+check "16 publishes and a stage: 1 unit ($(units | wc -l))" test "$(units | wc -l)" = 1
+shared_unit=$(units | awk '{print $1}')
+check "$shared_unit has MemoryMax=256M" bash -c "[ \"\$(nsenter -t $SYSTEM_LEADER -a systemctl show -p MemoryMax --value '$shared_unit')\" = 268435456 ]"
+origin_before=$(node_origin_mib); cached_before=$(cached)
+check "pod-s1 reads the 256 MiB file byte-exact" test "$(in_system md5sum "${shared_targets[0]}/big.bin" | cut -d' ' -f1)" = "$shared_md5"
+cached_first=$(cached)
+all_read=0
+for t in "${shared_targets[@]:1}"; do
+  [ "$(in_system md5sum "$t/big.bin" | cut -d' ' -f1)" = "$shared_md5" ] && all_read=$((all_read + 1))
+done
+cached_all=$(cached); origin_after=$(node_origin_mib)
+echo "     page cache: +$((cached_first - cached_before)) MiB for the first read (the node's disk tier on this host included), +$((cached_all - cached_first)) MiB for the other 15"
+check "the other 15 pods read it byte-exact ($all_read of 15)" test "$all_read" = 15
+check "the node fetched $((origin_after - origin_before)) MiB from the origin for 16 reads of $shared_mib MiB (1.0x)" \
+  test "$((origin_after - origin_before))" -le $((shared_mib + 1))
+check "the other 15 reads grew the page cache by under 1/4 of the file ($((cached_all - cached_first)) MiB), not 15x" \
+  test $((cached_all - cached_first)) -lt $((shared_mib / 4))
+peak=$(in_system bash -c "cat /sys/fs/cgroup/system.slice/$shared_unit/memory.peak 2>/dev/null || systemctl show -p MemoryPeak --value $shared_unit")
+[[ $peak =~ ^[0-9]+$ ]] && echo "     $shared_unit memory.peak: $((peak >> 20)) MiB (MemoryMax 256 MiB)"
+# 15 unpublishes while a reader goes on in the 16th.
+last=${shared_targets[15]}
+in_system bash -c "
+  rm -f /run/shared.stop; n=0; failed=0
+  while [ ! -e /run/shared.stop ]; do
+    s=\$(md5sum <'$last/big.bin' | cut -d' ' -f1)
+    [ \"\$s\" = $shared_md5 ] || failed=\$((failed + 1)); n=\$((n + 1))
+    echo \"\$n \$failed\" >/run/shared.out
+  done" &
+shared_reader=$!
+pids+=($shared_reader)
+gone=0
+for t in "${shared_targets[@]:0:15}"; do
+  kubelet unpublish vol-shared "$t" >/dev/null && in_system bash -c "! mountpoint -q '$t' && [ ! -e '$t' ]" && gone=$((gone + 1))
+done
+check "15 unpublishes, each target unmounted and removed ($gone)" test "$gone" = 15
+out0=$(in_system cat /run/shared.out 2>/dev/null)
+for _ in $(seq 300); do
+  out=$(in_system cat /run/shared.out 2>/dev/null)
+  [ "${out%% *}" -ge $((${out0%% *} + 2)) ] 2>/dev/null && break
+  sleep 0.1
+done
+in_system touch /run/shared.stop
+wait "$shared_reader" 2>/dev/null
+out=$(in_system cat /run/shared.out 2>/dev/null)
+check "the reader in the 16th read on: ${out%% *} whole reads, ${out##* } failed" test "${out##* }" = 0 -a "${out%% *}" -gt "${out0%% *}"
+check "its unit is still the one" test "$(units | awk '{print $1}')" = "$shared_unit"
+check "unstage vol-shared" kubelet unstage vol-shared "$staging"
+check "the last publish holds the mount" test -n "$(units)"
+check "unpublish the 16th" kubelet unpublish vol-shared "$last"
+for _ in $(seq 100); do [ -z "$(units)" ] && break; sleep 0.1; done
+check "with the stage and the last publish gone, so is the unit" test -z "$(units)"
 summary
