@@ -44,6 +44,9 @@ struct Request<'a> {
     volume_id: &'a str,
     /// `target_path` or `staging_target_path`, for the messages.
     path_name: &'a str,
+    /// A stage: kubelet sends no pod there, so a pod-credentials volume names
+    /// none yet.
+    staging: bool,
     path: &'a str,
     capability: Option<&'a proto::VolumeCapability>,
     context: &'a HashMap<String, String>,
@@ -99,6 +102,7 @@ impl VolumeSpec {
             Request {
                 volume_id: &req.volume_id,
                 path_name: "target_path",
+                staging: false,
                 path: &req.target_path,
                 capability: req.volume_capability.as_ref(),
                 context: &req.volume_context,
@@ -117,6 +121,7 @@ impl VolumeSpec {
             Request {
                 volume_id: &req.volume_id,
                 path_name: "staging_target_path",
+                staging: true,
                 path: &req.staging_target_path,
                 capability: req.volume_capability.as_ref(),
                 context: &req.volume_context,
@@ -195,6 +200,14 @@ impl VolumeSpec {
         }
         let (auth, token) = match ctx.get("authenticationSource").map(String::as_str) {
             None | Some("driver") => (Auth::Driver, None),
+            Some("pod") if req.staging => (
+                Auth::Pod {
+                    namespace: String::new(),
+                    service_account: String::new(),
+                    pod_uid: String::new(),
+                },
+                None,
+            ),
             Some("pod") => pod_auth(ctx, req.secrets)?,
             Some(other) => {
                 return Err(CsiError::Invalid(format!(

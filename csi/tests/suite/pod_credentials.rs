@@ -12,6 +12,7 @@ use crate::common::*;
 
 const ROLE_A: &str = "arn:aws:iam::123456789012:role/team-a";
 const ROLE_B: &str = "arn:aws:iam::123456789012:role/team-b";
+const ROLE_C: &str = "arn:aws:iam::123456789012:role/team-c";
 
 /// The volume context kubelet builds for pod `pod` of ServiceAccount `ns/sa`,
 /// with `token` for audience sts.amazonaws.com.
@@ -210,6 +211,88 @@ async fn each_volume_reads_with_its_pods_own_role() {
         "{written:?}"
     );
     assert_eq!(std::fs::read(target_a.join("a.bin")).unwrap(), a);
+
+    // A staged volume: pods of one ServiceAccount share a mount; a pod of
+    // another gets one of its own, reading with its own role, never the first's.
+    sts.grant_web_identity("token-of-pod-c", ROLE_C, &["alpha"]);
+    kube.service_account(
+        "ns-a",
+        "reader-c",
+        &[("eks.amazonaws.com/role-arn", ROLE_C)],
+    );
+    let shares = || {
+        std::fs::read_dir(plugin.state.join("shares"))
+            .unwrap()
+            .count()
+    };
+    let staging = staging_dir(dir.path(), "pv-s");
+    let staged = [("bucket", "alpha"), ("authenticationSource", "pod")];
+    node.node_stage_volume(stage("vol-s", &staging, &staged, &[]))
+        .await
+        .unwrap();
+    assert!(
+        !is_mounted(&staging),
+        "whose mount it is is known at publish"
+    );
+    let pods = ["s1", "s2", "sc", "sb"];
+    let targets: Vec<_> = pods
+        .iter()
+        .map(|p| pod_volume_dir(dir.path(), p, "pv-s"))
+        .collect();
+    let tc = tokens("token-of-pod-c");
+    for (i, sa, t) in [(0, "reader-a", &ta), (1, "reader-a", &ta)] {
+        node.node_publish_volume(publish_staged(
+            "vol-s",
+            &staging,
+            &targets[i],
+            &pod_context("alpha", "ns-a", sa, pods[i], t),
+            &[],
+        ))
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read(targets[i].join("a.bin")).unwrap(), a);
+    }
+    assert_eq!(shares(), 1, "two pods of one ServiceAccount share a mount");
+    let assumed = sts.hits("sts-web-identity");
+    node.node_publish_volume(publish_staged(
+        "vol-s",
+        &staging,
+        &targets[2],
+        &pod_context("alpha", "ns-a", "reader-c", pods[2], &tc),
+        &[],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(std::fs::read(targets[2].join("a.bin")).unwrap(), a);
+    assert_eq!(shares(), 2, "another ServiceAccount: a mount of its own");
+    assert!(
+        sts.hits("sts-web-identity") > assumed,
+        "it assumed its own role"
+    );
+    // Pod B's role does not reach alpha: its publish of the same volume fails,
+    // where a mount shared by volume alone would have let it read.
+    let (code, msg) = refused(
+        node.node_publish_volume(publish_staged(
+            "vol-s",
+            &staging,
+            &targets[3],
+            &pod_context("alpha", "ns-b", "reader-b", pods[3], &tb),
+            &[],
+        ))
+        .await,
+    );
+    assert_eq!(code, Code::Internal, "{msg}");
+    assert!(msg.contains("denied"), "{msg}");
+    assert_eq!(shares(), 2);
+    for t in &targets[..3] {
+        node.node_unpublish_volume(unpublish("vol-s", t))
+            .await
+            .unwrap();
+    }
+    node.node_unstage_volume(unstage("vol-s", &staging))
+        .await
+        .unwrap();
+    assert_eq!(shares(), 0, "no mount outlives its last publish");
 
     for (v, t) in [("vol-a", &target_a), ("vol-b", &target_b)] {
         node.node_unpublish_volume(unpublish(v, t)).await.unwrap();
