@@ -216,6 +216,9 @@ async fn build(
             evicting: spec.config.evicting(),
         },
     );
+    // A membership from DNS or the Kubernetes API answers first: reads served
+    // before it would all go to the origin.
+    reader.membership_ready().await;
     Ok(Arc::new(fs::Fs::new(
         fs::FsOptions {
             bucket: spec.bucket.clone(),

@@ -359,11 +359,13 @@ impl ClusterReader {
         changed.insert((bucket.to_owned(), key.to_owned()), Instant::now());
     }
 
-    /// Resolves a DNS membership once now (a static one is ready already).
+    /// Resolves a DNS membership once now, or waits (a few seconds at most) for
+    /// a Service's slices; a static one is ready already.
     pub async fn membership_ready(&self) {
-        if let Err(e) = self.router().membership().refresh().await {
-            tracing::warn!("cannot resolve the cluster's DNS name: {e}");
-        }
+        self.router()
+            .membership()
+            .ready(Duration::from_secs(5))
+            .await;
     }
 }
 

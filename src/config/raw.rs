@@ -104,6 +104,13 @@ pub struct RawCluster {
     pub nodes: Option<Vec<RawNodeEntry>>,
     pub dns: Option<String>,
     pub refresh: Option<Dur>,
+    /// `NAMESPACE/SERVICE`: the nodes are the endpoints of that Service's
+    /// EndpointSlices, watched.
+    pub kubernetes: Option<String>,
+    pub kubernetes_port: Option<String>,
+    pub kubernetes_api: Option<String>,
+    pub kubernetes_token_file: Option<String>,
+    pub kubernetes_ca_file: Option<String>,
     pub zone: Option<String>,
     pub block_size: Option<Size>,
     pub read_window: Option<usize>,

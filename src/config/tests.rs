@@ -179,7 +179,7 @@ fn empty_node_list_without_dns() {
     refused(
         "[cluster]\nread_window = 4\n",
         "cluster.nodes",
-        "no nodes and no dns",
+        "no nodes, no dns name and no kubernetes Service",
     );
 }
 
@@ -836,4 +836,121 @@ fn the_origin_budget_is_off_unless_set_and_refuses_nonsense() {
             needle,
         );
     }
+}
+
+fn kube_env(pairs: &[(&str, &str)]) -> MapEnv {
+    let mut e = env();
+    for (k, v) in pairs {
+        e.0.insert(k.to_string(), v.to_string());
+    }
+    e
+}
+
+#[test]
+fn a_kubernetes_service_names_the_nodes() {
+    let in_pod = kube_env(&[
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+        ("POD_IP", "10.1.2.3"),
+    ]);
+    let c = Config::parse(
+        "[cluster]\nkubernetes = \"shoal/shoal-node\"\nkubernetes_port = \"s3\"\n[node]\nlisten = \"0.0.0.0:9100\"\n",
+        "test.toml",
+        &in_pod,
+    )
+    .unwrap();
+    let Membership::Kubernetes(svc) = &c.cluster().unwrap().membership else {
+        panic!("not kubernetes: {:?}", c.cluster().unwrap().membership);
+    };
+    assert_eq!(
+        svc,
+        &KubeService {
+            namespace: "shoal".into(),
+            service: "shoal-node".into(),
+            port: Some("s3".into()),
+            api: "https://10.96.0.1:443".into(),
+            token_file: "/var/run/secrets/kubernetes.io/serviceaccount/token".into(),
+            ca_file: Some("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".into()),
+        }
+    );
+    // The node is the endpoint of its pod's address on its listen port.
+    assert_eq!(c.node().unwrap().id.as_deref(), Some("10.1.2.3:9100"));
+    // A given id, or a listen address, is kept.
+    let c = Config::parse(
+        "[cluster]\nkubernetes = \"shoal/shoal-node\"\n[node]\nlisten = \"0.0.0.0:9100\"\nid = \"10.9.9.9:9100\"\n",
+        "test.toml",
+        &in_pod,
+    )
+    .unwrap();
+    assert_eq!(c.node().unwrap().id.as_deref(), Some("10.9.9.9:9100"));
+    // Outside a pod: the API and token as given, no CA unless named.
+    let c = parse(
+        "[cluster]\nkubernetes = \"ns-1/svc\"\nkubernetes_api = \"http://127.0.0.1:8001/\"\nkubernetes_token_file = \"/run/t\"\n",
+    )
+    .unwrap();
+    let Membership::Kubernetes(svc) = &c.cluster().unwrap().membership else {
+        panic!("not kubernetes");
+    };
+    assert_eq!(svc.api, "http://127.0.0.1:8001");
+    assert_eq!(svc.token_file, std::path::PathBuf::from("/run/t"));
+    assert_eq!(svc.ca_file, None);
+    assert_eq!(svc.port, None);
+}
+
+#[test]
+fn bad_kubernetes_keys_are_refused() {
+    for name in [
+        "shoal",
+        "Shoal/node",
+        "shoal/",
+        "/node",
+        "a/b/c",
+        "shoal/-node",
+        "ns/svc ",
+    ] {
+        refused(
+            &format!("[cluster]\nkubernetes = {name:?}\n"),
+            "cluster.kubernetes",
+            "is not NAMESPACE/SERVICE",
+        );
+    }
+    refused(
+        "[cluster]\nkubernetes = \"a/b\"\nnodes = [\"x:1\"]\n",
+        "cluster.kubernetes",
+        "not several",
+    );
+    refused(
+        "[cluster]\nkubernetes = \"a/b\"\ndns = \"x:1\"\n",
+        "cluster.kubernetes",
+        "not several",
+    );
+    refused(
+        "[cluster]\nkubernetes = \"a/b\"\nrefresh = \"5s\"\n",
+        "cluster.refresh",
+        "only applies with dns",
+    );
+    refused(
+        "[cluster]\nkubernetes = \"a/b\"\nkubernetes_api = \"ftp://x\"\n",
+        "cluster.kubernetes_api",
+        "is not an http(s) URL",
+    );
+    refused(
+        "[cluster]\nnodes = [\"x:1\"]\nkubernetes_port = \"s3\"\n",
+        "cluster.kubernetes_port",
+        "only applies with cluster.kubernetes",
+    );
+    // A node that cannot tell which endpoint is itself.
+    refused(
+        "[cluster]\nkubernetes = \"a/b\"\n[node]\nlisten = \"0.0.0.0:9100\"\n",
+        "node.id",
+        "POD_IP",
+    );
+    let e = Config::parse(
+        "[cluster]\nkubernetes = \"a/b\"\n[node]\nlisten = \"0.0.0.0:9100\"\n",
+        "test.toml",
+        &kube_env(&[("POD_IP", "not-an-ip")]),
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "node.id");
+    assert!(e.message.contains("is not an IP address"), "{e}");
 }

@@ -83,6 +83,24 @@ pub enum Membership {
         port: u16,
         refresh: Duration,
     },
+    /// The ready endpoints of a Kubernetes Service's EndpointSlices, with their
+    /// zones, watched through the API.
+    Kubernetes(KubeService),
+}
+
+/// A Service whose EndpointSlices list the nodes, and how to reach the API.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeService {
+    pub namespace: String,
+    pub service: String,
+    /// The port's name in the slices; `None`: the slice's only (or first) port.
+    pub port: Option<String>,
+    /// `https://HOST:PORT` of the API server.
+    pub api: String,
+    /// A bearer token, read again at every (re)connection: kubelet rotates it.
+    pub token_file: std::path::PathBuf,
+    /// The API server's CA (none: the system's roots, or plain `http://`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

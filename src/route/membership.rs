@@ -1,4 +1,5 @@
-//! The current node set: a static list, or a DNS name re-resolved every `refresh`.
+//! The current node set: a static list, a DNS name re-resolved every `refresh`,
+//! or a Kubernetes Service's EndpointSlices, watched ([`super::kube`]).
 //!
 //! The set is swapped atomically (readers hold an `Arc` of the set they ranked
 //! with). A DNS answer with no addresses is ignored and the current set kept: a
@@ -6,17 +7,19 @@
 //! that zone are kept from a static list when the list has any (a node that names
 //! no zone is in none); a zone the list has no node of would leave nothing to
 //! rank, and every read would go to the origin unseen, so then every node is kept.
-//! A DNS name is taken to be per zone already.
+//! A DNS name is taken to be per zone already. EndpointSlices name each
+//! endpoint's zone and are filtered as a static list is, at every change.
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
 use super::placement::NodeSet;
-use crate::config::{ClusterConfig, Membership as MembershipConfig, NodeSpec};
+use crate::config::{ClusterConfig, KubeService, Membership as MembershipConfig, NodeSpec};
 
 /// Name resolution, behind a trait so tests can answer what they like.
 pub trait Resolver: Send + Sync {
@@ -50,9 +53,12 @@ struct Dns {
 pub struct Membership {
     current: RwLock<Arc<NodeSet>>,
     dns: Option<Dns>,
+    kube: Option<KubeService>,
     zone: Option<String>,
     /// Whether the set holds only nodes of the client's zone.
-    in_zone: bool,
+    in_zone: AtomicBool,
+    /// Whether the source has answered once (a static list has).
+    answered: tokio::sync::watch::Sender<bool>,
 }
 
 /// What a refresh did.
@@ -75,39 +81,64 @@ impl Membership {
         match &cfg.membership {
             MembershipConfig::Static(nodes) => {
                 let (set, in_zone) = Self::static_set(nodes, cfg.zone.as_deref());
-                Arc::new(Membership {
-                    current: RwLock::new(Arc::new(set)),
-                    dns: None,
-                    zone: cfg.zone.clone(),
-                    in_zone,
-                })
+                Self::with(set, None, None, cfg.zone.clone(), in_zone, true)
             }
             MembershipConfig::Dns {
                 host,
                 port,
                 refresh,
-            } => Arc::new(Membership {
-                current: RwLock::new(Arc::new(NodeSet::default())),
-                dns: Some(Dns {
+            } => Self::with(
+                NodeSet::default(),
+                Some(Dns {
                     host: host.clone(),
                     port: *port,
                     refresh: *refresh,
                     resolver,
                 }),
-                zone: cfg.zone.clone(),
-                in_zone: cfg.zone.is_some(),
-            }),
+                None,
+                cfg.zone.clone(),
+                cfg.zone.is_some(),
+                false,
+            ),
+            MembershipConfig::Kubernetes(svc) => Self::with(
+                NodeSet::default(),
+                None,
+                Some(svc.clone()),
+                cfg.zone.clone(),
+                false,
+                false,
+            ),
         }
+    }
+
+    fn with(
+        set: NodeSet,
+        dns: Option<Dns>,
+        kube: Option<KubeService>,
+        zone: Option<String>,
+        in_zone: bool,
+        answered: bool,
+    ) -> Arc<Membership> {
+        Arc::new(Membership {
+            current: RwLock::new(Arc::new(set)),
+            dns,
+            kube,
+            zone,
+            in_zone: AtomicBool::new(in_zone),
+            answered: tokio::sync::watch::Sender::new(answered),
+        })
     }
 
     /// A fixed set of unweighted node ids (tests, embedders).
     pub fn fixed(ids: &[String]) -> Arc<Membership> {
-        Arc::new(Membership {
-            current: RwLock::new(Arc::new(NodeSet::new(ids.iter().map(|i| (i.clone(), 1.0))))),
-            dns: None,
-            zone: None,
-            in_zone: false,
-        })
+        Self::with(
+            NodeSet::new(ids.iter().map(|i| (i.clone(), 1.0))),
+            None,
+            None,
+            None,
+            false,
+            true,
+        )
     }
 
     /// The client's zone, if it routes within one.
@@ -119,7 +150,7 @@ impl Membership {
     /// when it routes within its zone, 0 when it names none or its zone has no
     /// node and every node is ranked.
     pub fn zone_nodes(&self) -> usize {
-        if self.in_zone {
+        if self.in_zone.load(Ordering::Relaxed) {
             self.current().len()
         } else {
             0
@@ -159,6 +190,51 @@ impl Membership {
         self.current.read().unwrap().clone()
     }
 
+    /// Waits (at most `within`) for the source's first answer: a DNS name is
+    /// resolved now, a Service's slices listed by the running watch.
+    pub async fn ready(&self, within: Duration) {
+        if self.dns.is_some() {
+            match tokio::time::timeout(within, self.refresh()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!("cannot resolve the cluster's DNS name: {e}"),
+                Err(_) => tracing::warn!("the cluster's DNS name is not resolved after {within:?}"),
+            }
+            return;
+        }
+        let mut rx = self.answered.subscribe();
+        if tokio::time::timeout(within, rx.wait_for(|a| *a))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the cluster's nodes are not known after {within:?}: reading from the origin meanwhile"
+            );
+        }
+    }
+
+    /// Swaps in the nodes a Service's slices list now: those of the client's zone
+    /// if any, else all of them; none at all when none is ready.
+    fn apply_slices(&self, nodes: &[NodeSpec]) {
+        let (set, in_zone) = Self::static_set(nodes, self.zone.as_deref());
+        let mut cur = self.current.write().unwrap();
+        let same = cur
+            .nodes()
+            .iter()
+            .map(|n| &n.id)
+            .eq(set.nodes().iter().map(|n| &n.id));
+        self.in_zone.store(in_zone, Ordering::Relaxed);
+        if !same {
+            tracing::info!(
+                nodes = set.len(),
+                of = nodes.len(),
+                "cluster membership changed"
+            );
+            *cur = Arc::new(set);
+        }
+        drop(cur);
+        self.answered.send_replace(true);
+    }
+
     /// Resolves the DNS name once and swaps the set if it changed.
     pub async fn refresh(&self) -> io::Result<Refresh> {
         let Some(dns) = &self.dns else {
@@ -189,12 +265,31 @@ impl Membership {
         let nodes = set.len();
         tracing::info!(name = %dns.host, nodes, "cluster membership changed");
         *cur = Arc::new(set);
+        drop(cur);
+        self.answered.send_replace(true);
         Ok(Refresh::Changed { nodes })
     }
 
     /// For DNS membership: resolves now, then every `refresh` in the background for
-    /// as long as the returned task lives.
+    /// as long as the returned task lives. For a Service: lists its slices and
+    /// watches them, as long as the task lives and the membership is in use.
     pub fn spawn_refresh(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        if let Some(svc) = &self.kube {
+            let me = Arc::downgrade(self);
+            let what = format!("{}/{}", svc.namespace, svc.service);
+            let watcher = match super::kube::Watcher::new(svc.clone()) {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::error!(service = %what, "cannot watch the nodes' EndpointSlices, reading from the origin: {e}");
+                    return None;
+                }
+            };
+            return Some(tokio::spawn(watcher.run(move |slices| {
+                let Some(m) = me.upgrade() else { return false };
+                m.apply_slices(&slices.nodes());
+                true
+            })));
+        }
         let period = self.dns.as_ref()?.refresh;
         let me = Arc::downgrade(self);
         Some(tokio::spawn(async move {

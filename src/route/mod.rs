@@ -1,10 +1,11 @@
 //! Routing: which node serves a block.
 //!
 //! [`placement`] is pure rendezvous hashing (the normative part: every client must
-//! agree). [`membership`] keeps the current node set (static, or from DNS).
+//! agree). [`membership`] keeps the current node set (static, from DNS, or from a Service's EndpointSlices).
 //! [`state`] is this client's live view of each node (in-flight load, down marks,
 //! latency) and turns a ranking into the node one request goes to.
 
+pub mod kube;
 pub mod membership;
 pub mod placement;
 pub mod state;

@@ -8,6 +8,7 @@ mod client;
 mod config;
 mod corpus;
 mod data;
+pub mod endpoint_slices;
 mod kube;
 mod metrics;
 mod moto;
@@ -25,6 +26,7 @@ pub use config::{
 };
 pub use corpus::replay_corpus;
 pub use data::data;
+pub use endpoint_slices::{EndpointSlicesApi, SliceEndpoint};
 pub use kube::KubeApi;
 pub use metrics::{metric, metric_or_zero, metric_required, metric_sum, scrape};
 pub use moto::Moto;

@@ -10,6 +10,7 @@ mod conformance;
 mod crash;
 mod cut_through;
 mod disk_failures;
+mod endpoint_slices;
 mod fleet;
 mod fleet_listings;
 mod fuzz_corpora;

@@ -3,7 +3,7 @@
 use crate::config::raw::{RawCluster, RawNodeEntry};
 use crate::config::{
     canonical_node_id, defaults, BreakerConfig, ClusterConfig, ClusterMode, CredentialMode,
-    HedgeConfig, Membership, Network, NodeSpec, Proxy, Timeouts,
+    HedgeConfig, KubeService, Membership, Network, NodeSpec, Proxy, Timeouts,
 };
 
 use super::{Validator, R};
@@ -25,8 +25,123 @@ impl Validator<'_> {
         Ok(NodeSpec { id, weight, zone })
     }
 
+    /// `cluster.kubernetes` and the keys that go with it.
+    fn kube_service(&self, c: &RawCluster) -> R<Option<KubeService>> {
+        let Some(name) = &c.kubernetes else {
+            for (key, v) in [
+                ("cluster.kubernetes_port", c.kubernetes_port.is_some()),
+                ("cluster.kubernetes_api", c.kubernetes_api.is_some()),
+                (
+                    "cluster.kubernetes_token_file",
+                    c.kubernetes_token_file.is_some(),
+                ),
+                ("cluster.kubernetes_ca_file", c.kubernetes_ca_file.is_some()),
+            ] {
+                if v {
+                    return Err(self.err(key, "only applies with cluster.kubernetes"));
+                }
+            }
+            return Ok(None);
+        };
+        let label = |s: &str| {
+            (1..=63).contains(&s.len())
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !s.starts_with('-')
+                && !s.ends_with('-')
+        };
+        let (namespace, service) = name
+            .split_once('/')
+            .filter(|(n, s)| label(n) && label(s))
+            .ok_or_else(|| {
+                self.err(
+                    "cluster.kubernetes",
+                    format!("{name:?} is not NAMESPACE/SERVICE (two names of a-z, 0-9 and '-')"),
+                )
+            })?;
+        const SA: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+        let api = match &c.kubernetes_api {
+            Some(a) => {
+                let u = url::Url::parse(a)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                    .ok_or_else(|| {
+                        self.err(
+                            "cluster.kubernetes_api",
+                            format!("{a:?} is not an http(s) URL"),
+                        )
+                    })?;
+                u.as_str().trim_end_matches('/').to_owned()
+            }
+            // In a pod: the API server's Service, from the variables kubelet sets.
+            None => {
+                let host = self
+                    .env
+                    .var("KUBERNETES_SERVICE_HOST")
+                    .unwrap_or_else(|| "kubernetes.default.svc".into());
+                let port = self
+                    .env
+                    .var("KUBERNETES_SERVICE_PORT")
+                    .unwrap_or_else(|| "443".into());
+                let host = if host.contains(':') {
+                    format!("[{host}]")
+                } else {
+                    host
+                };
+                format!("https://{host}:{port}")
+            }
+        };
+        Ok(Some(KubeService {
+            namespace: namespace.to_owned(),
+            service: service.to_owned(),
+            port: c.kubernetes_port.clone(),
+            api,
+            token_file: c
+                .kubernetes_token_file
+                .clone()
+                .unwrap_or_else(|| format!("{SA}/token"))
+                .into(),
+            ca_file: match &c.kubernetes_ca_file {
+                Some(f) => Some(f.into()),
+                None if c.kubernetes_api.is_none() => Some(format!("{SA}/ca.crt").into()),
+                None => None,
+            },
+        }))
+    }
+
+    /// A node's entry in its Service's slices, `POD_IP:PORT`, when `node.id` is
+    /// not given: the slices list pods by address, and a node must know which
+    /// one is itself (to own its blocks, and not to ask or purge itself).
+    pub(super) fn pod_node_id(&self, listen: std::net::SocketAddr) -> R<Option<String>> {
+        if !listen.ip().is_unspecified() {
+            return Ok(None);
+        }
+        let Some(ip) = self.env.var("POD_IP").filter(|v| !v.trim().is_empty()) else {
+            return Err(self.err(
+                "node.id",
+                "a node under cluster.kubernetes listening on every address needs its own address: set node.id, or POD_IP (status.podIP from the downward API)",
+            ));
+        };
+        let ip: std::net::IpAddr = ip
+            .trim()
+            .parse()
+            .map_err(|_| self.err("node.id", format!("POD_IP {ip:?} is not an IP address")))?;
+        let id = std::net::SocketAddr::new(ip, listen.port()).to_string();
+        canonical_node_id(&id)
+            .map(Some)
+            .map_err(|m| self.err("node.id", m))
+    }
+
     pub(super) fn cluster(&self, c: RawCluster) -> R<ClusterConfig> {
+        let kube = self.kube_service(&c)?;
+        if kube.is_some() && (c.nodes.is_some() || c.dns.is_some()) {
+            return Err(self.err(
+                "cluster.kubernetes",
+                "give one of nodes, dns and kubernetes, not several",
+            ));
+        }
         let membership = match (c.nodes, c.dns) {
+            _ if kube.is_some() => Membership::Kubernetes(kube.expect("checked")),
             (Some(_), Some(_)) => {
                 return Err(self.err("cluster.dns", "give either nodes or dns, not both"))
             }
@@ -68,11 +183,11 @@ impl Validator<'_> {
             (None, None) => {
                 return Err(self.err(
                     "cluster.nodes",
-                    "no nodes and no dns name: a [cluster] needs one of them",
+                    "no nodes, no dns name and no kubernetes Service: a [cluster] needs one of them",
                 ));
             }
         };
-        if c.refresh.is_some() && matches!(membership, Membership::Static(_)) {
+        if c.refresh.is_some() && !matches!(membership, Membership::Dns { .. }) {
             return Err(self.err("cluster.refresh", "only applies with dns"));
         }
         let block_size = c.block_size.map_or(defaults::CLUSTER_BLOCK_SIZE, |s| s.0);

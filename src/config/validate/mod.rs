@@ -45,8 +45,13 @@ impl Validator<'_> {
     }
 
     pub fn config(&self, raw: RawConfig) -> R<Config> {
-        let node = raw.node.map(|n| self.node(n)).transpose()?;
+        let mut node = raw.node.map(|n| self.node(n)).transpose()?;
         let cluster = raw.cluster.map(|c| self.cluster(c)).transpose()?;
+        if let (Some(n), Some(c)) = (&mut node, &cluster) {
+            if matches!(c.membership, super::Membership::Kubernetes(_)) && n.id.is_none() {
+                n.id = self.pod_node_id(n.listen)?;
+            }
+        }
         if let (Some(n), Some(c)) = (&node, &cluster) {
             if c.block_size % n.block_size != 0 {
                 return Err(self.err(
