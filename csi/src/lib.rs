@@ -4,14 +4,16 @@
 //!
 //! A publish ([`node`]) checks the request ([`volume`], [`options`]), finds the
 //! pod's role for `authenticationSource: pod` ([`pod_identity`], through
-//! [`kube`]), writes the
-//! volume's files under the state directory ([`published`]) and starts its
+//! [`kube`]), writes the volume's files under the state directory
+//! ([`published`]; a config that finds its nodes through the Kubernetes API is
+//! lent the plugin's access, [`api_access`]) and starts its
 //! mount's keeper outside the plugin ([`launch`]), then keeps a copy of the
 //! mount's connection. The plugin may restart at any time: at start it finds the
 //! volumes it published and takes back their copies, and it replaces a keeper
 //! that dies on the same connection, so no published mount ever breaks.
 //! [`identity`] answers who the plugin is; [`error`] maps failures to gRPC codes.
 
+pub mod api_access;
 pub mod authority;
 pub mod condition;
 pub mod error;
@@ -67,6 +69,8 @@ pub struct Plugin {
     pub binds: share::Binds,
     /// Where shared mounts are mounted.
     pub shares: PathBuf,
+    /// The plugin's API access, lent to mounts that find their nodes there.
+    pub api_access: Arc<api_access::ApiAccess>,
 }
 
 impl Plugin {
@@ -79,7 +83,9 @@ impl Plugin {
             std::fs::create_dir_all(d)
                 .map_err(|e| format!("state directory {}: {e}", d.display()))?;
         }
+        let api_access = api_access::ApiAccess::start(c.kube.clone(), c.state_dir.join("kube"))?;
         let p = Arc::new(Plugin {
+            api_access,
             node_id: c.node_id,
             zone: c.zone,
             mount_bin: c.mount_bin,

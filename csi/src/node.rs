@@ -303,6 +303,7 @@ impl Plugin {
                 spec.config.display()
             ))
         })?;
+        self.api_access.lend(&config)?;
         let mut args = vec![
             "--config".to_owned(),
             config.display().to_string(),
