@@ -88,7 +88,8 @@ check "umount" umount "$work/mnt"
 echo "== container, Kubernetes, monitoring"
 check "hadolint Dockerfile" hadolint packaging/container/Dockerfile
 check "Kubernetes manifests validate" kubernetes-validate packaging/kubernetes/configmap.yaml packaging/kubernetes/service.yaml \
-  packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml packaging/kubernetes/serviceaccount.yaml
+  packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml packaging/kubernetes/serviceaccount.yaml \
+  packaging/kubernetes/rbac.yaml
 check "origin credentials come from service accounts, not keys" sh -c \
   '! grep -q "origin-access-key\|SHOAL_ORIGIN_KEY\"" packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml &&
    grep -q "serviceAccountName: shoal-node" packaging/kubernetes/statefulset.yaml &&
@@ -106,7 +107,15 @@ check "CSI DaemonSet: registrar, liveness probe, mounts outside the container" s
    grep -q "livenessprobe" packaging/kubernetes/csi/daemonset.yaml &&
    grep -q "launcher=systemd" packaging/kubernetes/csi/daemonset.yaml &&
    grep -q "mountPropagation: Bidirectional" packaging/kubernetes/csi/daemonset.yaml'
-check "headless Service publishes not-ready addresses" grep -q "publishNotReadyAddresses: true" packaging/kubernetes/service.yaml
+check "nodes from the Service's EndpointSlices: one StatefulSet spread over zones, not-ready pods published as such, list and watch allowed" sh -c \
+  '! grep -q "publishNotReadyAddresses" packaging/kubernetes/service.yaml &&
+   test "$(grep -c "^kind: StatefulSet" packaging/kubernetes/statefulset.yaml)" = 1 &&
+   grep -q "topologyKey: topology.kubernetes.io/zone" packaging/kubernetes/statefulset.yaml &&
+   grep -q "fieldPath: status.podIP" packaging/kubernetes/statefulset.yaml &&
+   test "$(grep -c "kubernetes = \"shoal/shoal-node\"" packaging/kubernetes/configmap.yaml)" = 2 &&
+   ! grep -Eq "^ *(nodes|dns) = " packaging/kubernetes/configmap.yaml &&
+   grep -q "endpointslices" packaging/kubernetes/rbac.yaml && grep -q "endpointslices" packaging/kubernetes/csi/rbac.yaml'
+
 check "promtool check rules" promtool check rules packaging/monitoring/alerts.yml
 check "Grafana dashboard is JSON" python3 -m json.tool packaging/monitoring/grafana-dashboard.json
 

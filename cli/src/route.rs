@@ -22,7 +22,10 @@ pub fn run(cfg: &Config, a: Args) -> Result<ExitCode, String> {
     let (bucket, key) = super::parse_url(&a.url)?;
     let cluster = cfg.cluster().ok_or("the config has no [cluster] section")?;
     let Membership::Static(nodes) = &cluster.membership else {
-        return Err("route needs a static node list (a DNS cluster changes as it resolves)".into());
+        return Err(
+            "route needs a static node list (a DNS or Kubernetes cluster changes as it is watched)"
+                .into(),
+        );
     };
     let set = NodeSet::new(
         nodes

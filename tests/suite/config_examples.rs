@@ -32,14 +32,16 @@ fn every_example_config_loads() {
             n += 1;
         }
     }
-    assert!(n >= 4, "expected the four example configs, found {n}");
+    assert!(n >= 5, "expected the five example configs, found {n}");
 
     let node = shoal::config::Config::load(&root.join("node.toml")).unwrap();
     assert!(node.origin().is_ok() && node.node().is_ok() && node.auth().is_ok());
     let gw = shoal::config::Config::load(&root.join("gateway.toml")).unwrap();
     assert_eq!(gw.cluster().unwrap().block_size, 4 << 20);
 
-    // The configs shipped inside the Kubernetes ConfigMap load too.
+    // The configs shipped inside the Kubernetes ConfigMap load too, in a node
+    // pod (statefulset.yaml gives it POD_IP).
+    std::env::set_var("POD_IP", "10.0.3.7");
     let cm = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes/configmap.yaml"),
     )
@@ -56,7 +58,21 @@ fn every_example_config_loads() {
         if name == "node.toml" {
             assert!(cfg.node().is_ok() && cfg.auth().is_ok());
             assert!(cfg.cluster().is_some(), "node pods pass purges on");
+            assert_eq!(cfg.node().unwrap().id.as_deref(), Some("10.0.3.7:9100"));
         }
+        let Some(shoal::config::Membership::Kubernetes(svc)) = cfg.cluster().map(|c| &c.membership)
+        else {
+            panic!("{name}: the nodes are not the Service's endpoints");
+        };
+        assert_eq!(
+            (
+                svc.namespace.as_str(),
+                svc.service.as_str(),
+                svc.port.as_deref()
+            ),
+            ("shoal", "shoal-node", Some("s3")),
+            "{name}: not the Service of service.yaml"
+        );
         found += 1;
     }
     assert_eq!(found, 2, "node.toml and mount.toml in the ConfigMap");
