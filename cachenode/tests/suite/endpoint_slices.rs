@@ -78,7 +78,8 @@ impl Fleet {
     fn start(&mut self, i: usize, zone: &str) {
         let toml = node_toml(
             &self.origin,
-            &format!("zone = \"{zone}\"\npeer_fill_timeout = \"150ms\""),
+            // Changes reach a node by invalidation only, not by revalidating.
+            &format!("zone = \"{zone}\"\npeer_fill_timeout = \"150ms\"\nrevalidate_after = \"1h\""),
             &format!(
                 "[cache]\nram_size = \"128MiB\"\n{}",
                 self.cluster("mode = \"eventual\"")
@@ -340,4 +341,44 @@ async fn nodes_follow_the_services_endpoint_slices_under_readers() {
 
     let (reads, failed) = in_a.finish().await;
     assert_eq!(failed, 0, "{failed} of {reads} reads failed (zone a)");
+
+    // A purge sent to a zone-a node reaches the zone-b nodes it knows from
+    // the slices, and they serve the new version.
+    let old = data(MIB as usize, 801);
+    f.origin.put(BUCKET, "slices/p", old.clone());
+    for i in [2, 3] {
+        assert_eq!(get_from(&f.nodes[i], "slices/p").await, old);
+    }
+    let new = data(MIB as usize, 802);
+    f.origin.put(BUCKET, "slices/p", new.clone());
+    let t = Instant::now();
+    shoal::node_proto::purge::purge(
+        &client(f.nodes[0].socket_addr()),
+        BUCKET,
+        &shoal::node_proto::Purge::Key("slices/p".into()),
+        false,
+    )
+    .await
+    .unwrap();
+    for i in [2, 3] {
+        loop {
+            if get_from(&f.nodes[i], "slices/p").await == new {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "zone b's node {i} still serves the purged version"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    eprintln!(
+        "a purge at zone a's node 0 reached zone b's nodes in {:?}",
+        t.elapsed()
+    );
+}
+
+async fn get_from(n: &NodeProcess, key: &str) -> Bytes {
+    let req = shoal::store::GetObject::new(BUCKET, key);
+    client(n.socket_addr()).get_bytes(&req).await.unwrap().1
 }
