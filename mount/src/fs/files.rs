@@ -13,7 +13,7 @@ use shoal::cluster::Piped;
 use shoal::store::pipe::Pipe;
 
 use super::handles::OpenFile;
-use super::readahead::Readahead;
+use shoal::cluster::Readahead;
 use super::{Fs, FsError, Kind, Opened};
 use crate::journal::Record;
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use shoal::cluster::Handle;
 
-use super::readahead::Readahead;
+use shoal::cluster::Readahead;
 use super::{DirEntry, Kind};
 
 pub(super) struct OpenFile {
