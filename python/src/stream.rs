@@ -3,7 +3,8 @@
 //! local file.
 
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -22,11 +23,15 @@ pub struct Stream {
     bucket: String,
     key: String,
     size: u64,
+    /// Bytes handed over so far: a stream that ends short of `size` failed.
+    given: AtomicU64,
     rx: Mutex<mpsc::Receiver<Result<Bytes, ReadError>>>,
+    /// The runtime the fetching task runs on lives as long as the stream.
+    _live: Arc<Live>,
 }
 
 impl Stream {
-    pub fn start(live: &Live, h: Handle) -> Stream {
+    pub fn start(live: &Arc<Live>, h: Handle) -> Stream {
         let (tx, rx) = mpsc::channel(live.reader.read_window().max(1));
         let (bucket, key, size) = (h.bucket().to_owned(), h.key().to_owned(), h.meta().size);
         live.spawn(async move {
@@ -44,7 +49,9 @@ impl Stream {
             bucket,
             key,
             size,
+            given: AtomicU64::new(0),
             rx: Mutex::new(rx),
+            _live: live.clone(),
         }
     }
 }
@@ -69,8 +76,21 @@ impl Stream {
         }
         let next = py.allow_threads(|| self.rx.lock().unwrap().blocking_recv());
         match next {
+            None if self.given.load(Relaxed) < self.size => Err(PyOSError::new_err((
+                libc::EIO,
+                format!(
+                    "the stream of s3://{}/{} ended after {} of {} bytes",
+                    self.bucket,
+                    self.key,
+                    self.given.load(Relaxed),
+                    self.size
+                ),
+            ))),
             None => Ok(None),
-            Some(Ok(b)) => Ok(Some(to_bytes(py, &[b]))),
+            Some(Ok(b)) => {
+                self.given.fetch_add(b.len() as u64, Relaxed);
+                Ok(Some(to_bytes(py, &[b])))
+            }
             Some(Err(e)) => Err(crate::errors::read_error(
                 &e,
                 &format!("{}/{}", self.bucket, self.key),

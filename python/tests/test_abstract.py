@@ -1,7 +1,8 @@
 """fsspec's own read-side tests of a filesystem (``fsspec.tests.abstract``) on
-``shoal://`` over real nodes. Their fixtures create files through the
-filesystem under test; shoal is read-only, so these create them in the origin
-itself with boto3, and shoal reads them through the nodes."""
+``shoal://`` over real nodes. Their fixtures, and a few of the tests, create
+files through the filesystem under test; shoal is read-only, so those writes
+are made in the origin itself with boto3 (``Seeded``), and every read, listing
+and copy goes through shoal and the nodes."""
 
 import posixpath
 
@@ -34,16 +35,41 @@ class OriginWriter:
 
     def rm(self, path, recursive=True):
         bucket, key = self._split(path)
+        self.s3.delete_object(Bucket=bucket, Key=key)
         pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/")
         for page in pages:
             for o in page.get("Contents", []):
                 self.s3.delete_object(Bucket=bucket, Key=o["Key"])
 
 
+class Seeded(ShoalFileSystem):
+    """``shoal://`` whose writes (the tests' set-up) go to the origin instead."""
+
+    writer = None
+
+    def touch(self, path, truncate=True, **kwargs):
+        self.writer.touch(self._strip_protocol(path))
+
+    def pipe_file(self, path, value, **kwargs):
+        self.writer.pipe(self._strip_protocol(path), value)
+
+    def mkdir(self, path, create_parents=True, **kwargs):
+        pass
+
+    def makedirs(self, path, exist_ok=False):
+        pass
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        for p in path if isinstance(path, list) else [path]:
+            self.writer.rm(self._strip_protocol(p))
+
+
 class ShoalFixtures(abstract.AbstractFixtures):
     @pytest.fixture
-    def fs(self, cluster):
-        return ShoalFileSystem(config=cluster.config_path)
+    def fs(self, cluster, writer):
+        fs = Seeded(config=cluster.config_path, skip_instance_cache=True)
+        fs.writer = writer
+        return fs
 
     @pytest.fixture
     def fs_path(self, base):
