@@ -158,7 +158,10 @@ impl Client {
         py: Python<'py>,
         ranges: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let ranges = ranges.iter().map(Want::extract).collect::<PyResult<Vec<_>>>()?;
+        let ranges = ranges
+            .iter()
+            .map(Want::extract)
+            .collect::<PyResult<Vec<_>>>()?;
         let live = self.live()?;
         let got = live.run(py, read_ranges(&live, &ranges));
         let out = PyList::empty(py);
@@ -172,12 +175,21 @@ impl Client {
     }
 
     /// Copies `bucket/key` (one version) to the local file `path`; returns its size.
-    fn get(&self, py: Python<'_>, bucket: &str, key: &str, path: std::path::PathBuf) -> PyResult<u64> {
+    fn get(
+        &self,
+        py: Python<'_>,
+        bucket: &str,
+        key: &str,
+        path: std::path::PathBuf,
+    ) -> PyResult<u64> {
         check_key(key)?;
         let live = self.live()?;
         let shown = path.display().to_string();
         let got = live.run(py, async {
-            let h = live.open_learning(bucket, key).await.map_err(Failed::Read)?;
+            let h = live
+                .open_learning(bucket, key)
+                .await
+                .map_err(Failed::Read)?;
             crate::stream::to_file(&h, &path).await
         });
         got.map_err(|e| match e {
@@ -251,12 +263,21 @@ impl Want {
     }
 
     fn extract(t: &Bound<'_, PyAny>) -> PyResult<Want> {
-        type Known = (String, String, Option<i64>, Option<i64>, Option<u64>, Option<String>);
+        type Known = (
+            String,
+            String,
+            Option<i64>,
+            Option<i64>,
+            Option<u64>,
+            Option<String>,
+        );
         if let Ok((b, k, s, e)) = t.extract::<(String, String, Option<i64>, Option<i64>)>() {
             return Want::new(b, k, s, e, None, None);
         }
         let (b, k, s, e, size, etag): Known = t.extract().map_err(|_| {
-            errors::bad_input("a range is (bucket, key, start, end) or (bucket, key, start, end, size, etag)")
+            errors::bad_input(
+                "a range is (bucket, key, start, end) or (bucket, key, start, end, size, etag)",
+            )
         })?;
         Want::new(b, k, s, e, size, etag)
     }
@@ -266,7 +287,9 @@ impl Want {
 /// its first block when every range of it starts there, else by a HEAD), then
 /// reads every range at once.
 async fn read_ranges(live: &Live, ranges: &[Want]) -> Vec<Result<Bytes, ReadError>> {
-    let mut objects: HashMap<(&str, &str), (bool, Option<&(u64, String)>)> = HashMap::new();
+    // Per object: whether every range starts at 0, and a version given.
+    type Opening<'a> = (bool, Option<&'a (u64, String)>);
+    let mut objects: HashMap<(&str, &str), Opening> = HashMap::new();
     for w in ranges {
         let o = objects
             .entry((w.bucket.as_str(), w.key.as_str()))

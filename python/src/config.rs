@@ -38,10 +38,14 @@ pub fn load(source: &Bound<'_, PyAny>) -> PyResult<Config> {
 fn table(d: &Bound<'_, PyDict>, at: &str) -> PyResult<toml::Table> {
     let mut out = toml::Table::new();
     for (k, v) in d.iter() {
-        let k: String = k
-            .extract()
-            .map_err(|_| errors::bad_input(format!("shoal config: a key under {at:?} is not a string")))?;
-        let here = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+        let k: String = k.extract().map_err(|_| {
+            errors::bad_input(format!("shoal config: a key under {at:?} is not a string"))
+        })?;
+        let here = if at.is_empty() {
+            k.clone()
+        } else {
+            format!("{at}.{k}")
+        };
         // None leaves a key unset, as a TOML file that does not name it.
         if v.is_none() {
             continue;
@@ -81,6 +85,9 @@ fn value(v: &Bound<'_, PyAny>, at: &str) -> PyResult<toml::Value> {
     }
     Err(errors::bad_input(format!(
         "shoal config: {at} is a {}, which TOML cannot hold",
-        v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        v.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
     )))
 }

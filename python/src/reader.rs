@@ -96,7 +96,9 @@ impl Reader {
                     .await
                     .map(|p| (p.parts, p.waited))
             } else {
-                h.read_random(start, end - start).await.map(|b| (vec![b], false))
+                h.read_random(start, end - start)
+                    .await
+                    .map(|b| (vec![b], false))
             }
         });
         match got {

@@ -253,3 +253,35 @@ def test_a_stream_gives_an_object_in_order(cluster, s3, base):
     for chunk in Client(cluster.config_path).stream("shoal-py", f"{base.split('/', 1)[1]}/s"):
         h.update(chunk)
     assert h.digest() == hashlib.sha256(body).digest()
+
+
+_open_file = None
+
+
+def _read_open_file(args):
+    at, n = args
+    _open_file.seek(at)
+    return _open_file.read(n), os.getpid(), _open_file.fs.client.runtime_pid()
+
+
+def test_an_open_file_and_its_client_work_in_a_forked_child(fs, s3, base):
+    import multiprocessing
+
+    body = data(3 * MiB, 11)
+    put(s3, f"{base}/forked", body)
+    with fs.open(f"{base}/forked") as f:
+        assert f.read(1000) == body[:1000]
+        parent_runtime = fs.client.runtime_pid()
+        assert parent_runtime == os.getpid()
+        ctx = multiprocessing.get_context("fork")
+        global _open_file
+        _open_file = f
+        with ctx.Pool(2) as pool:
+            got = pool.map(_read_open_file, [(2 * MiB, 5000), (MiB + 3, 70_000)])
+        for (b, pid, runtime), (at, n) in zip(got, [(2 * MiB, 5000), (MiB + 3, 70_000)]):
+            assert b == body[at : at + n]
+            assert runtime == pid != os.getpid()
+        # The parent's own runtime is untouched by the children's.
+        assert fs.client.runtime_pid() == parent_runtime
+        f.seek(MiB)
+        assert f.read(10) == body[MiB : MiB + 10]
