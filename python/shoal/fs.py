@@ -250,3 +250,16 @@ class ShoalFile(AbstractBufferedFile):
 
     def _fetch_range(self, start, end):
         return self._reader.read(start, end)
+
+    def read(self, length=-1):
+        # A read of at least the read-ahead goes to the reader as it is: its
+        # bytes are copied once, into the bytes returned, not again out of the
+        # read-ahead buffer.
+        length = -1 if length is None else int(length)
+        if length < 0:
+            length = self.size - self.loc
+        if self.closed or length < self.blocksize:
+            return super().read(length)
+        out = self._reader.read(self.loc, self.loc + length)
+        self.loc += len(out)
+        return out
