@@ -7,16 +7,17 @@
 # the page cache dropped). MB/s, and CPU milliseconds per GiB of the reading
 # side: the Python process for shoal://; dd and the mount daemon for the mount;
 # the Python process and the gateway node for boto3 (the owner nodes' CPU is
-# the same for all three and left out). Needs root (drop_cache) and the
-# package installed (pip install ./python).
+# the same for all three and left out). Needs root (drop_cache); installs the
+# package (pip install ./python) where it is missing.
 source "$(dirname "$0")/lib.sh"
 SIZE_MB=${SIZE_MB:-1024}
 LATENCY_MS=${LATENCY_MS:-20}
 BW=${BW:-0}
 CHUNK_MB=${CHUNK_MB:-8}
 
-python3 -c 'import shoal.fs, boto3' || { echo "install the package first: pip install ./python" >&2; exit 1; }
 build
+python3 -c 'import boto3' 2>/dev/null || python3 -m pip install --quiet boto3
+python3 -c 'import shoal.fs' 2>/dev/null || python3 -m pip install --quiet "$root/python"
 mkdir -p "$work/seed" "$work/mnt"
 for k in py mnt gw; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$k.bin"; done
 size=$((SIZE_MB * 1024 * 1024))
