@@ -73,7 +73,7 @@ mnt_read() {
   local before after ms t0 t1
   before=$(cpu_ticks $mount_pids)
   t0=$(date +%s.%N)
-  ms=$(cpu_run /dev/null dd if="$work/mnt/$1" of=/dev/null bs="${CHUNK_MB}M")
+  ms=$(cpu_run /dev/null dd if="$work/mnt/$1" of=/dev/null bs="${CHUNK_MB}M" 2>/dev/null)
   t1=$(date +%s.%N)
   after=$(cpu_ticks $mount_pids)
   awk -v s="$size" -v a="$t0" -v b="$t1" -v ms="$ms" -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" \
