@@ -137,3 +137,18 @@ def test_torch_dataloader(loaded):
     loader = tud.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=list)
     got = [d for batch in loader for d in batch]
     assert got == [want[ds.path(i)] for i in range(len(ds))]
+
+
+def test_with_every_node_gone_reads_come_from_the_origin(loaded):
+    # Last in this module: it stops the module's cluster's nodes.
+    cluster, prefix, want = loaded
+    for i in range(len(cluster.nodes)):
+        if cluster.procs[f"node{i}"].poll() is None:
+            cluster.kill_node(i)
+    keys = sorted(want)[100:140]
+    ds = ShoalMapDataset(cluster.config_path, keys=keys, transform=digest)
+    assert [ds[i] for i in range(len(ds))] == [want[k] for k in keys]
+    fallbacks = [
+        l for l in ds.client.metrics().splitlines() if l.startswith("shoal_client_fallbacks_total")
+    ]
+    assert sum(float(l.split()[-1]) for l in fallbacks) >= len(keys), fallbacks
