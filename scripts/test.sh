@@ -79,6 +79,9 @@ cargo test --release --workspace --locked -- --ignored a_key_over_its_rate
 # workspace member) and installed as a user would, then its tests: shoal://
 # and the datasets over the test origin and real nodes.
 phase "Python package: pip install ./python, then its tests"
+# The binaries its tests start (the test origin among them), built as
+# packaging/test.sh builds them below: that build is then already done.
+cargo build --release --locked --quiet --workspace --bins --examples
 python3 -m pip install --quiet --no-build-isolation ./python
 python3 -m pytest -q python/tests
 # mountpoint-s3 cannot be installed from a registry: its leg of the client
