@@ -152,3 +152,49 @@ def test_with_every_node_gone_reads_come_from_the_origin(loaded):
         l for l in ds.client.metrics().splitlines() if l.startswith("shoal_client_fallbacks_total")
     ]
     assert sum(float(l.split()[-1]) for l in fallbacks) >= len(keys), fallbacks
+
+
+TORCH_STUB = '''
+class Dataset:
+    pass
+
+class IterableDataset(Dataset):
+    pass
+
+class _Info:
+    id, num_workers = 1, 3
+
+def get_worker_info():
+    return _Info()
+'''
+
+
+def test_with_torch_importable_the_datasets_are_torchs_and_shard_by_worker(loaded, tmp_path):
+    # A stand-in for torch.utils.data (torch itself is gigabytes): what the
+    # datasets take from it is the base classes and get_worker_info.
+    import subprocess
+    import sys
+
+    data = tmp_path / "torch" / "utils"
+    data.mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (data / "__init__.py").write_text("")
+    (data / "data.py").write_text(TORCH_STUB)
+    cluster, prefix, want = loaded
+    keys = sorted(want)[:9]
+    code = f"""
+import torch.utils.data as tud
+from shoal.datasets import ShoalIterableDataset, ShoalMapDataset
+ds = ShoalIterableDataset({cluster.config_dict()!r}, keys={keys!r})
+assert isinstance(ds, tud.IterableDataset)
+assert isinstance(ShoalMapDataset({cluster.config_dict()!r}, keys={keys!r}), tud.Dataset)
+print(list(ds.shard()))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[1, 4, 7]"

@@ -199,9 +199,15 @@ def test_an_open_file_reads_its_version_or_fails_with_estale(fs, s3, base):
             f.read(100)
         assert e.value.errno == errno.ESTALE
         assert "changed" in str(e.value)
-        # Bytes already held are of the old version, never the new one.
+        # Bytes already held are of the old version, never the new one: the
+        # file's buffer and the reader's RAM tier answer with them, or the
+        # reader refuses.
         f.seek(10)
         assert f.read(50) == old[10:60]
+        try:
+            assert f._reader.read(10, 60) == old[10:60]
+        except OSError as e:
+            assert e.errno == errno.ESTALE
     # A new open reads the new version.
     with fs.open(path) as f:
         assert f.read() == new
