@@ -263,3 +263,12 @@ class ShoalFile(AbstractBufferedFile):
         out = self._reader.read(self.loc, self.loc + length)
         self.loc += len(out)
         return out
+
+    def readinto(self, b):
+        # Into a caller's buffer (a bytearray, a NumPy array) in one copy.
+        view = memoryview(b).cast("B")
+        if self.closed or len(view) < self.blocksize:
+            return super().readinto(b)
+        n = self._reader.readinto(self.loc, view)
+        self.loc += n
+        return n

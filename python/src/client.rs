@@ -57,8 +57,8 @@ impl Client {
         meta_dict(py, &meta)
     }
 
-    /// Every key under `prefix` (with `delimiter`, the common prefixes too), all
-    /// pages, at most `max_keys` of each.
+    /// Every key under `prefix` (with `delimiter`, the common prefixes too),
+    /// page after page; with `max_keys`, no page past the one that reaches it.
     #[pyo3(signature = (bucket, prefix, delimiter=None, max_keys=None))]
     fn list(
         &self,

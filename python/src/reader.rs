@@ -8,11 +8,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use bytes::Bytes;
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shoal::cluster::{Handle, Readahead};
 
 use crate::client::{to_bytes, Client};
+use crate::errors;
 use crate::live::Live;
 
 #[pyclass(module = "shoal._shoal", frozen)]
@@ -64,10 +67,43 @@ impl Reader {
 
     /// Bytes `start..end` (clamped to the object) of the version opened.
     fn read<'py>(&self, py: Python<'py>, start: u64, end: u64) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(to_bytes(py, &self.fetch(py, start, end)?))
+    }
+
+    /// Reads bytes from `start` into `buf` (a writable, contiguous buffer: a
+    /// bytearray, a NumPy array, a memoryview of one), as many as it holds or
+    /// the object has; returns how many. The bytes are copied once, into `buf`.
+    fn readinto(&self, py: Python<'_>, start: u64, buf: PyBuffer<u8>) -> PyResult<usize> {
+        if buf.readonly() || !buf.is_c_contiguous() {
+            return Err(errors::bad_input(
+                "readinto needs a writable, contiguous buffer of bytes",
+            ));
+        }
+        let room = buf.len_bytes();
+        let parts = self.fetch(py, start, start.saturating_add(room as u64))?;
+        let mut at = 0;
+        for p in &parts {
+            let n = p.len().min(room - at);
+            // SAFETY: the buffer is writable, contiguous and `room` bytes
+            // long, `at + n` stays within it, and it cannot be released while
+            // `buf` holds it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), (buf.buf_ptr() as *mut u8).add(at), n)
+            };
+            at += n;
+        }
+        Ok(at)
+    }
+}
+
+impl Reader {
+    /// Bytes `start..end` (clamped to the object) as the buffers they are in,
+    /// fetched as a mount fetches a read of an open file.
+    fn fetch(&self, py: Python<'_>, start: u64, end: u64) -> PyResult<Vec<Bytes>> {
         let (live, h) = self.current()?;
         let end = end.min(h.meta().size);
         if start >= end {
-            return Ok(PyBytes::new(py, b""));
+            return Ok(Vec::new());
         }
         let bs = live.reader.block_size();
         let (ahead, whole_blocks) = {
@@ -106,7 +142,7 @@ impl Reader {
                 if waited {
                     self.ra.lock().unwrap().waited();
                 }
-                Ok(to_bytes(py, &parts))
+                Ok(parts)
             }
             Err(e) => Err(live.read_error(&e, h.bucket(), h.key())),
         }

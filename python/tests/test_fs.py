@@ -46,6 +46,23 @@ def test_reads_whole_ranges_and_seeks_match_the_object(fs, s3, base):
         assert f.read() == body
 
 
+def test_readinto_fills_a_callers_buffer(fs, s3, base):
+    import numpy as np
+
+    body = data(2 * MiB + 100, 12)
+    put(s3, f"{base}/into", body)
+    with fs.open(f"{base}/into") as f:
+        f.seek(5)
+        buf = bytearray(MiB)
+        assert f.readinto(buf) == MiB and bytes(buf) == body[5 : MiB + 5]
+        arr = np.zeros(MiB // 8 + 100, dtype=np.float64)
+        assert f.readinto(arr) == len(body) - MiB - 5
+        assert arr.tobytes()[: len(body) - MiB - 5] == body[MiB + 5 :]
+        assert f.readinto(bytearray(MiB)) == 0
+        with pytest.raises(ValueError, match="writable"):
+            f._reader.readinto(0, memoryview(bytes(10)))
+
+
 def test_a_sequential_read_fetches_ahead_and_a_random_one_only_its_bytes(cluster, s3, base):
     body = data(12 * MiB, seed=2)
     put(s3, f"{base}/seq.bin", body)
