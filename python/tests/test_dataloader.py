@@ -95,7 +95,8 @@ def test_map_dataset_epochs_through_forked_workers(loaded):
     third = map_epoch(ds, on_batch=kill_midway)
     assert cluster.procs["node1"].poll() is not None
     assert third == first
-    print(f"epoch 3, a node of 3 killed halfway: {len(third)} samples right, {cluster.origin_gets(under) - gets} origin GETs")
+    gets = cluster.origin_gets(under) - gets
+    print(f"epoch 3, a node of 3 killed halfway: {len(third)} samples right, {gets} origin GETs")
 
 
 def test_iterable_dataset_gives_each_worker_a_share(loaded):
@@ -149,9 +150,9 @@ def test_with_every_node_gone_reads_come_from_the_origin(loaded):
     ds = ShoalMapDataset(cluster.config_path, keys=keys, transform=digest)
     assert [ds[i] for i in range(len(ds))] == [want[k] for k in keys]
     fallbacks = [
-        l for l in ds.client.metrics().splitlines() if l.startswith("shoal_client_fallbacks_total")
+        line for line in ds.client.metrics().splitlines() if line.startswith("shoal_client_fallbacks_total")
     ]
-    assert sum(float(l.split()[-1]) for l in fallbacks) >= len(keys), fallbacks
+    assert sum(float(line.split()[-1]) for line in fallbacks) >= len(keys), fallbacks
 
 
 TORCH_STUB = '''

@@ -71,7 +71,7 @@ def test_a_sequential_read_fetches_ahead_and_a_random_one_only_its_bytes(cluster
     with fs.open(f"{base}/seq.bin") as f:
         assert b"".join(iter(lambda: f.read(256 << 10), b"")) == body
     m = fs.client.metrics()
-    prefetched = [l for l in m.splitlines() if l.startswith("shoal_client_prefetched")]
+    prefetched = [line for line in m.splitlines() if line.startswith("shoal_client_prefetched")]
     assert prefetched and float(prefetched[0].split()[-1]) > 0, prefetched
     # Small reads far apart: each asks its node for a small range (the read
     # and the file's 128 KiB read-ahead), not for whole blocks.
@@ -87,9 +87,9 @@ def test_a_sequential_read_fetches_ahead_and_a_random_one_only_its_bytes(cluster
 def fetched(fs):
     """Bytes the client took from nodes and the origin."""
     return sum(
-        float(l.split()[-1])
-        for l in fs.client.metrics().splitlines()
-        if l.startswith("shoal_client_bytes_total") and 'source="ram"' not in l
+        float(line.split()[-1])
+        for line in fs.client.metrics().splitlines()
+        if line.startswith("shoal_client_bytes_total") and 'source="ram"' not in line
     )
 
 
