@@ -160,17 +160,38 @@ pub struct PerProcess(Mutex<Option<Arc<Live>>>);
 
 impl PerProcess {
     pub fn get(&self, config: &Config) -> PyResult<Arc<Live>> {
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        // Built with the GIL released (a region may be asked of the instance
+        // metadata, a DNS membership resolved) and this slot's lock not held:
+        // a thread waiting on it would hold the GIL this one must take back.
+        let built = Python::with_gil(|py| py.allow_threads(|| Live::start(config)))?;
         let mut slot = self.0.lock().unwrap();
         match slot.as_ref() {
-            Some(l) if l.pid == std::process::id() => return Ok(l.clone()),
+            // Another thread of this process was first: its reader serves.
+            Some(l) if l.pid == std::process::id() => Ok(l.clone()),
+            _ => {
+                let live = Arc::new(built);
+                *slot = Some(live.clone());
+                Ok(live)
+            }
+        }
+    }
+
+    /// This process's, if built.
+    fn current(&self) -> Option<Arc<Live>> {
+        let mut slot = self.0.lock().unwrap();
+        match slot.as_ref() {
+            Some(l) if l.pid == std::process::id() => Some(l.clone()),
             // Built before a fork: its runtime's threads are not in this
             // process, and dropping it would wait for them forever.
-            Some(_) => std::mem::forget(slot.take()),
-            None => {}
+            Some(_) => {
+                std::mem::forget(slot.take());
+                None
+            }
+            None => None,
         }
-        let live = Arc::new(Live::start(config)?);
-        *slot = Some(live.clone());
-        Ok(live)
     }
 }
 

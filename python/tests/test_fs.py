@@ -308,3 +308,17 @@ def test_an_open_file_and_its_client_work_in_a_forked_child(fs, s3, base):
         assert fs.client.runtime_pid() == parent_runtime
         f.seek(MiB)
         assert f.read(10) == body[MiB : MiB + 10]
+
+
+def test_threads_read_at_once_through_one_client(cluster, s3, base):
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies = {f"{base}/th{i}": data(300_000 + i, 20 + i) for i in range(16)}
+    for k, v in bodies.items():
+        put(s3, k, v)
+    # A fresh filesystem: the threads' first calls race to build its reader.
+    fs = ShoalFileSystem(config=cluster.config_path, skip_instance_cache=True)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda k: fs.cat_file(k), bodies))
+    assert got == list(bodies.values())
+    assert fs.client.runtime_pid() == os.getpid()
