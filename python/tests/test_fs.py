@@ -316,7 +316,7 @@ def test_threads_read_at_once_through_one_client(cluster, s3, base):
     bodies = {f"{base}/th{i}": data(300_000 + i, 20 + i) for i in range(16)}
     for k, v in bodies.items():
         put(s3, k, v)
-    # A fresh filesystem: the threads' first calls race to build its reader.
+    # Every call releases the GIL while it waits: the reads overlap.
     fs = ShoalFileSystem(config=cluster.config_path, skip_instance_cache=True)
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda k: fs.cat_file(k), bodies))
