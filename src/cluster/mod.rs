@@ -10,7 +10,9 @@
 //! ([`fetch`]). Every request to a node goes through one path with its deadlines
 //! ([`call`]). Listings and HEADs take the same routes to their owners
 //! ([`metadata`]). Up to `read_window` blocks are in flight per stream, and all fetches
-//! together hold at most a fixed budget of blocks in memory.
+//! together hold at most a fixed budget of blocks in memory. How far a handle's
+//! reader is fetched ahead follows its reads ([`Readahead`]: the mount's and the
+//! Python filesystem's).
 //!
 //! Embedding: build a [`ClusterReader`], `open` an object, read from the [`Handle`].
 //! Nodes and the origin are [`crate::store::ObjectStore`]s, so a test gives it
@@ -25,6 +27,7 @@ mod metadata;
 pub mod metrics;
 mod nodes;
 mod piped;
+mod readahead;
 mod reader;
 #[cfg(test)]
 mod tests;
@@ -36,4 +39,5 @@ pub use metadata::ClusterMetadata;
 pub use metrics::{ClusterMetrics, Fallback};
 pub use nodes::{Nodes, S3Nodes};
 pub use piped::Piped;
+pub use readahead::Readahead;
 pub use reader::{ClusterReader, ReaderOptions, ReaderParts, Warmed};

@@ -9,11 +9,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use shoal::cluster::Piped;
+use shoal::cluster::{Piped, Readahead};
 use shoal::store::pipe::Pipe;
 
 use super::handles::OpenFile;
-use super::readahead::Readahead;
 use super::{Fs, FsError, Kind, Opened};
 use crate::journal::Record;
 

@@ -1,7 +1,7 @@
 //! [`Handles`]: open files and open directories, by handle number.
 //!
 //! A file handle pins the version its open saw and reads it through the cluster
-//! reader, fetching ahead what its reads run into ([`super::readahead`]). A
+//! reader, fetching ahead what its reads run into ([`Readahead`]). A
 //! directory handle holds one listing, read end to end, so every entry is seen
 //! exactly once even if the cache refreshes meanwhile.
 
@@ -9,9 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use shoal::cluster::Handle;
+use shoal::cluster::{Handle, Readahead};
 
-use super::readahead::Readahead;
 use super::{DirEntry, Kind};
 
 pub(super) struct OpenFile {

@@ -33,7 +33,6 @@ mod handles;
 mod inodes;
 pub mod names;
 mod namespace;
-mod readahead;
 mod types;
 mod walk;
 
@@ -50,7 +49,7 @@ pub use types::*;
 use crate::journal::{Journal, Record, State};
 use handles::{Handles, OpenFile};
 use namespace::Namespace;
-use readahead::Readahead;
+use shoal::cluster::Readahead;
 use walk::Walks;
 
 pub struct Fs {

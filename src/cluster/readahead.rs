@@ -42,11 +42,11 @@ const GAIN: f64 = 1.17;
 const FLAT_STEPS: u8 = 2;
 /// A gap after the last read that still continues it: padding and alignment
 /// between a format's records, never a skipped column chunk of any size.
-pub(super) const PAD: u64 = 64 << 10;
+const PAD: u64 = 64 << 10;
 
 /// Per-handle sequential detection.
 #[derive(Default, Debug)]
-pub(super) struct Readahead {
+pub struct Readahead {
     /// The run the last reads belong to: its first byte, and where a read
     /// continuing it starts (`None` before the first read).
     run: Option<(u64, u64)>,

@@ -1,0 +1,201 @@
+"""The datasets as a DataLoader drives them: workers forked from the process
+that made the dataset (torch's DataLoader when torch is installed, else
+``multiprocessing`` with the fork start method, as a DataLoader starts its
+workers), over 2,000 small objects on a cluster of their own."""
+
+import hashlib
+import multiprocessing
+import os
+import random
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cluster import Cluster
+from shoal.datasets import ShoalIterableDataset, ShoalMapDataset
+
+OBJECTS, WORKERS, BATCH = 2000, 4, 32
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """A cluster of its own (a node is killed here) holding 2,000 objects."""
+    c = Cluster(nodes=3)
+    s3 = c.s3()
+    prefix = f"data-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(3)
+    bodies = {f"{prefix}/{i:05d}.bin": rng.randbytes(rng.randrange(1000, 8000)) for i in range(OBJECTS)}
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: s3.put_object(Bucket="shoal-py", Key=kv[0], Body=kv[1]), bodies.items()))
+    want = {f"shoal-py/{k}": hashlib.md5(v).hexdigest() for k, v in bodies.items()}
+    yield c, f"shoal-py/{prefix}", want
+    c.stop()
+
+
+def digest(sample):
+    return hashlib.md5(sample).hexdigest()
+
+
+# What each forked worker reads with: the dataset made in the parent.
+_dataset = None
+
+
+def _map_batch(indexes):
+    return [(i, _dataset[i], os.getpid(), _dataset.client.runtime_pid()) for i in indexes]
+
+
+def _iter_share(worker):
+    _dataset.worker = (worker, WORKERS)
+    return [(s, os.getpid(), _dataset.client.runtime_pid()) for s in _dataset]
+
+
+def map_epoch(dataset, on_batch=None):
+    """One pass of a DataLoader with 4 forked workers: {index: sample}."""
+    global _dataset
+    _dataset = dataset
+    order = list(range(len(dataset)))
+    random.Random(len(order)).shuffle(order)
+    batches = [order[i : i + BATCH] for i in range(0, len(order), BATCH)]
+    out = {}
+    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+        for n, batch in enumerate(pool.imap(_map_batch, batches)):
+            for i, sample, pid, runtime_pid in batch:
+                assert pid == runtime_pid, "a worker read with its parent's runtime"
+                out[i] = sample
+            if on_batch:
+                on_batch(n, len(batches))
+    return out
+
+
+def test_map_dataset_epochs_through_forked_workers(loaded):
+    cluster, prefix, want = loaded
+    ds = ShoalMapDataset(cluster.config_path, prefix=prefix, transform=digest)
+    assert len(ds) == OBJECTS
+    # The parent reads too: its runtime must not be what the workers use.
+    assert ds[0] == want[ds.path(0)]
+    under = prefix.split("/", 1)[1]
+    gets, heads = cluster.origin_gets(under), cluster.origin_heads(under)
+    first = map_epoch(ds)
+    assert {ds.path(i): d for i, d in first.items()} == want
+    print(f"epoch 1: {cluster.origin_gets(under) - gets} origin GETs, {cluster.origin_heads(under) - heads} HEADs")
+
+    gets, heads = cluster.origin_gets(under), cluster.origin_heads(under)
+    second = map_epoch(ds)
+    assert second == first
+    print(f"epoch 2: {cluster.origin_gets(under) - gets} origin GETs, {cluster.origin_heads(under) - heads} HEADs")
+    assert cluster.origin_gets(under) - gets == 0, "epoch 2 went to the origin"
+
+    # A node killed in mid-epoch fails no sample.
+    def kill_midway(n, of):
+        if n == of // 2:
+            cluster.kill_node(1)
+
+    gets = cluster.origin_gets(under)
+    third = map_epoch(ds, on_batch=kill_midway)
+    assert cluster.procs["node1"].poll() is not None
+    assert third == first
+    gets = cluster.origin_gets(under) - gets
+    print(f"epoch 3, a node of 3 killed halfway: {len(third)} samples right, {gets} origin GETs")
+
+
+def test_iterable_dataset_gives_each_worker_a_share(loaded):
+    cluster, prefix, want = loaded
+    global _dataset
+    _dataset = ShoalIterableDataset(cluster.config_path, prefix=prefix, transform=digest, prefetch=16)
+    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+        shares = pool.map(_iter_share, range(WORKERS))
+    seen = [s for share in shares for s, _, _ in share]
+    assert sorted(seen) == sorted(want.values())
+    assert all(pid == rt for share in shares for _, pid, rt in share)
+    assert len({pid for share in shares for _, pid, _ in share}) == WORKERS
+
+
+def test_keys_datasets_and_bad_arguments(loaded):
+    cluster, prefix, want = loaded
+    keys = sorted(want)[:5]
+    ds = ShoalMapDataset(cluster.config_dict(), keys=[f"shoal://{k}" for k in keys])
+    assert [digest(ds[i]) for i in range(5)] == [want[k] for k in keys]
+    with pytest.raises(FileNotFoundError):
+        ShoalMapDataset(cluster.config_path, keys=[f"{prefix}/missing"])[0]
+    with pytest.raises(ValueError, match="prefix or a list of keys"):
+        ShoalMapDataset(cluster.config_path)
+    with pytest.raises(ValueError, match="BUCKET/KEY"):
+        ShoalMapDataset(cluster.config_path, keys=["just-a-bucket"])
+    with pytest.raises(ValueError, match="rank"):
+        ShoalIterableDataset(cluster.config_path, keys=keys, rank=2, world=2)
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("torch") is None, reason="torch is not installed here"
+)
+def test_torch_dataloader(loaded):
+    import torch.utils.data as tud
+
+    cluster, prefix, want = loaded
+    ds = ShoalMapDataset(cluster.config_path, prefix=prefix, transform=digest)
+    assert isinstance(ds, tud.Dataset)
+    loader = tud.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=list)
+    got = [d for batch in loader for d in batch]
+    assert got == [want[ds.path(i)] for i in range(len(ds))]
+
+
+def test_with_every_node_gone_reads_come_from_the_origin(loaded):
+    # Last in this module: it stops the module's cluster's nodes.
+    cluster, prefix, want = loaded
+    for i in range(len(cluster.nodes)):
+        if cluster.procs[f"node{i}"].poll() is None:
+            cluster.kill_node(i)
+    keys = sorted(want)[100:140]
+    ds = ShoalMapDataset(cluster.config_path, keys=keys, transform=digest)
+    assert [ds[i] for i in range(len(ds))] == [want[k] for k in keys]
+    fallbacks = [
+        line for line in ds.client.metrics().splitlines() if line.startswith("shoal_client_fallbacks_total")
+    ]
+    assert sum(float(line.split()[-1]) for line in fallbacks) >= len(keys), fallbacks
+
+
+TORCH_STUB = '''
+class Dataset:
+    pass
+
+class IterableDataset(Dataset):
+    pass
+
+class _Info:
+    id, num_workers = 1, 3
+
+def get_worker_info():
+    return _Info()
+'''
+
+
+def test_with_torch_importable_the_datasets_are_torchs_and_shard_by_worker(loaded, tmp_path):
+    # A stand-in for torch.utils.data (torch itself is gigabytes): what the
+    # datasets take from it is the base classes and get_worker_info.
+    import subprocess
+    import sys
+
+    data = tmp_path / "torch" / "utils"
+    data.mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (data / "__init__.py").write_text("")
+    (data / "data.py").write_text(TORCH_STUB)
+    cluster, prefix, want = loaded
+    keys = sorted(want)[:9]
+    code = f"""
+import torch.utils.data as tud
+from shoal.datasets import ShoalIterableDataset, ShoalMapDataset
+ds = ShoalIterableDataset({cluster.config_dict()!r}, keys={keys!r})
+assert isinstance(ds, tud.IterableDataset)
+assert isinstance(ShoalMapDataset({cluster.config_dict()!r}, keys={keys!r}), tud.Dataset)
+print(list(ds.shard()))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[1, 4, 7]"
