@@ -5,7 +5,8 @@
 # string) on local disk, through a cold shoal mount (cold nodes), through a
 # second mount on the warm nodes, and through mountpoint-s3; pyarrow's own S3
 # filesystem (no mount) through a node (cold, then warm) and straight to the
-# origin as further rows. Each query's answer must equal its answer on local
+# origin as further rows, and DuckDB over `shoal://` (the Python package, no
+# mount) on cold nodes, then from a fresh process on the warm ones. Each query's answer must equal its answer on local
 # disk; the bytes a query reads are its `rchar` on local disk, and each way's
 # cost is the origin's body bytes it caused, over those.
 #
@@ -31,6 +32,7 @@ QUERIES=(rows columns full)
 
 command -v fusermount3 >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; }
 python3 -c 'import duckdb, pyarrow' 2>/dev/null || pip install -q --break-system-packages duckdb pyarrow
+python3 -c 'import shoal.fs' 2>/dev/null || python3 -m pip install --quiet "$root/python"
 have_ms3=0
 if [ -x "$MOUNT_S3" ]; then
   [ -e /usr/lib/x86_64-linux-gnu/libfuse.so.2 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfuse2 >/dev/null; }
@@ -44,7 +46,7 @@ python3 "$PY" write "$work/local" "$FILES" "$ROW_GROUPS" "$ROWS"
 data_bytes=$(du -cb "$work"/local/*.parquet | awk 'END { print $1 }')
 # One copy per cold read (hard links: the origin loads each as an object of its own).
 mkdir -p "$work/seed"
-for c in direct "${QUERIES[@]/#/shoal-}" "${QUERIES[@]/#/node-}"; do cp -al "$work/local" "$work/seed/$c"; done
+for c in direct "${QUERIES[@]/#/shoal-}" "${QUERIES[@]/#/node-}" "${QUERIES[@]/#/py-}"; do cp -al "$work/local" "$work/seed/$c"; done
 export PREFAULT_MB=$(( data_bytes / 1048576 + 256 ))
 start_slow_cluster 256MiB
 
@@ -125,6 +127,12 @@ for q in "${QUERIES[@]}"; do
   measure "warm/$q" pin python3 "$PY" query duckdb "$q" "$work/warm/shoal-$q"; check "warm/$q" "local/$q"
   measure "node-warm/$q" node_s3 "$q" "node-$q"; check "node-warm/$q" "local-pa/$q"
 done
+# shoal:// (no mount) last, so that its cold data evicts nothing the rows above
+# read warm: cold, then from a fresh process (its own RAM empty) on warm nodes.
+for q in "${QUERIES[@]}"; do
+  measure "py-cold/$q" pin python3 "$PY" shoal "$q" "$work/cluster.toml" bench "py-$q"; check "py-cold/$q" "local/$q"
+  measure "py-warm/$q" pin python3 "$PY" shoal "$q" "$work/cluster.toml" bench "py-$q"; check "py-warm/$q" "local/$q"
+done
 
 cost() { # NAME BASE: origin bytes of NAME over the bytes BASE read locally
   ratio "${bytes_of[$1]}" "${rchar_of[$2]}"
@@ -150,3 +158,10 @@ done
 row "warm time: shoal / local disk, three columns" "$(ratio "${secs_of[warm/columns]}" "${secs_of[local/columns]}")" "<= 3"
 row "warm time: shoal / local disk, full column" "$(ratio "${secs_of[warm/full]}" "${secs_of[local/full]}")" "<= 3"
 row "warm: object GETs at the origin (all three queries)" "$(( ${gets_of[warm/rows]} + ${gets_of[warm/columns]} + ${gets_of[warm/full]} ))" "0"
+for q in "${QUERIES[@]}"; do
+  row "shoal:// cold origin bytes / bytes read: $q (mount: $(cost "cold/$q" "local/$q"))" "$(cost "py-cold/$q" "local/$q")" "<= mount"
+done
+for q in "${QUERIES[@]}"; do
+  row "shoal:// time / mount time, $q: cold; warm" "$(ratio "${secs_of[py-cold/$q]}" "${secs_of[cold/$q]}"); $(ratio "${secs_of[py-warm/$q]}" "${secs_of[warm/$q]}")" "<= 1"
+done
+row "shoal:// warm: object GETs at the origin (all three queries)" "$(( ${gets_of[py-warm/rows]} + ${gets_of[py-warm/columns]} + ${gets_of[py-warm/full]} ))" "0"
