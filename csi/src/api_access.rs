@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::error::CsiError;
 use crate::kube::KubeApi;
+use crate::pod_identity::write_token;
 
 /// How often the token's copy is refreshed: a projected token is rotated at
 /// 80% of its life (an hour by default), and a mount reads it at each watch.
@@ -54,14 +55,16 @@ impl ApiAccess {
         self.dir.join("ca.crt")
     }
 
-    /// Copies the token and the CA (when there is one) next to the mounts.
+    /// Copies the token and the CA (when there is one) next to the mounts,
+    /// each written whole, mode 0600.
     fn sync(&self) -> std::io::Result<()> {
-        let token = std::fs::read(&self.api.token_file).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("{}: {e}", self.api.token_file.display()))
-        })?;
-        replace(&self.token(), &token)?;
+        let read = |p: &Path| {
+            std::fs::read_to_string(p)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        };
+        write_token(&self.token(), &read(&self.api.token_file)?)?;
         if let Some(ca) = self.api.ca_file.as_ref().filter(|c| c.exists()) {
-            replace(&self.ca(), &std::fs::read(ca)?)?;
+            write_token(&self.ca(), &read(ca)?)?;
         }
         Ok(())
     }
@@ -100,14 +103,6 @@ impl ApiAccess {
         std::fs::write(config, doc.to_string())
             .map_err(|e| CsiError::Internal(format!("{}: {e}", config.display())))
     }
-}
-
-/// Writes `bytes` to `path` whole (a reader never sees half a token), mode 0600.
-fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("new");
-    std::fs::write(&tmp, bytes)?;
-    restrict(&tmp, 0o600)?;
-    std::fs::rename(&tmp, path)
 }
 
 fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {

@@ -97,6 +97,33 @@ pub fn list_xml(data: &[u8]) {
     let _ = parse::error_body(data);
 }
 
+/// The Kubernetes API's answers a membership reads: a list of EndpointSlices,
+/// and a watch's lines applied in turn, then the nodes they name.
+pub fn endpoint_slices(data: &[u8]) {
+    use shoal::route::kube::Slices;
+    let svc = shoal::config::KubeService {
+        namespace: "shoal".into(),
+        service: "shoal-node".into(),
+        port: Some("s3".into()),
+        api: "http://127.0.0.1:1".into(),
+        token_file: "/nonexistent".into(),
+        ca_file: None,
+    };
+    if let Ok((s, _)) = Slices::from_list(&svc, data) {
+        let _ = s.nodes();
+    }
+    let mut slices = Slices::default();
+    let mut version = String::new();
+    for line in data.split(|b| *b == b'\n') {
+        if slices.apply_event(&svc, line, &mut version).is_err() {
+            break;
+        }
+    }
+    for n in slices.nodes() {
+        assert!(shoal::config::canonical_node_id(&n.id).as_deref() == Ok(n.id.as_str()));
+    }
+}
+
 struct Fuzzed {
     rt: tokio::runtime::Runtime,
     app: Arc<shoal_node::App>,

@@ -484,6 +484,14 @@ check "the mount's copy of its config names no node and no DNS name, and the plu
   in_system bash -c "f=\$(grep -l 'shoal/shoal-node' $plugin_dir/volumes/*/mount.toml) && cat \$f &&
     grep -q '^kubernetes_api = \"http://$kube\"' \$f && grep -q '^kubernetes_token_file = \"$plugin_dir/kube/token\"' \$f &&
     ! grep -Eq '^(nodes|dns) ' \$f"
+unit_s=$(unit_of "$target_s")
+# The mount's journal says each change of the nodes it ranks ("nodes=N of=M":
+# N of its zone of the M ready).
+changes() { in_system journalctl --no-pager -o cat -u "$unit_s" | grep -c "cluster membership changed.*$1"; }
+ranks() { # PATTERN SEEN-BEFORE: waits for one more such change
+  for _ in $(seq 200); do [ "$(changes "$1")" -gt "$2" ] && return 0; sleep 0.05; done
+  in_system journalctl --no-pager -o cat -u "$unit_s" | tail -5; return 1
+}
 read_files() { # FIRST LAST: each file through the volume, byte-exact
   in_system bash -c "for i in \$(seq $1 $2); do f=\$(printf f-%03d \$i); cmp '$target_s'/\$f /root/expect/slices/\$f || exit 1; done"
 }
@@ -507,18 +515,22 @@ joined=$(date +%s%N); i=20
 while [ "$(served "$node_a2")" = 0 ] && [ $i -lt 60 ]; do read_files $i $i; i=$((i + 1)); done
 check "node a2 served its first read $(ms "$joined") ms after its endpoint was added ($((i - 20)) files read meanwhile, beside the reader)" test "$(served "$node_a2")" -gt 0
 # a goes not ready: it leaves the ranking.
+seen=$(changes "nodes=1 of=2")
 slice shoal-node-a "$node_a" false zone-a
-sleep 1
-a1=$(served "$node_a"); a21=$(served "$node_a2")
+check "the mount ranks a2 alone of zone-a (a not ready, b of zone-b)" ranks "nodes=1 of=2" "$seen"
+# What was in flight to a when it left may still land: its count settles first.
+a1=$(served "$node_a")
+for _ in $(seq 50); do sleep 0.1; [ "$(served "$node_a")" = "$a1" ] && break; a1=$(served "$node_a"); done; a21=$(served "$node_a2")
 check "files 60-79 read byte-exact with a not ready" read_files 60 79
 check "node a, not ready, served none of them ($(($(served "$node_a") - a1)) bytes); a2 served $(($(served "$node_a2") - a21))" \
   test "$(served "$node_a")" = "$a1" -a "$(served "$node_a2")" -gt "$a21"
 check "node b, of zone-b, served this zone-a mount nothing" test "$(served "$node_b")" = 0
 # The API restarts and forgets its history: the mount lists again (410 on its
 # resumed watch) and sees a ready again.
+seen=$(changes "nodes=2 of=3")
 curl -sf -X POST "http://$kube/_test/expire" >/dev/null
 slice shoal-node-a "$node_a" true zone-a
-sleep 1
+check "the mount ranks a and a2 again after the API's restart" ranks "nodes=2 of=3" "$seen"
 a2=$(served "$node_a")
 check "files 80-99 read byte-exact after the API's restart" read_files 80 99
 check "node a, ready again, serves again ($(($(served "$node_a") - a2)) bytes)" test "$(served "$node_a")" -gt "$a2"

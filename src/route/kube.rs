@@ -111,6 +111,62 @@ impl Slices {
         all
     }
 
+    /// A list answer's slices, and the version to watch from.
+    pub fn from_list(svc: &KubeService, body: &[u8]) -> Result<(Slices, String), WatchError> {
+        let list: List =
+            serde_json::from_slice(body).map_err(|e| WatchError::Bad(e.to_string()))?;
+        let mut slices = Slices::default();
+        for s in &list.items {
+            slices.put(svc, s);
+        }
+        Ok((slices, list.metadata.resource_version))
+    }
+
+    /// Applies one line of a watch's answer: whether the slices changed. A
+    /// bookmark moves `version` on; an ERROR event ends the watch (410: the
+    /// version is gone, list again).
+    pub fn apply_event(
+        &mut self,
+        svc: &KubeService,
+        line: &[u8],
+        version: &mut String,
+    ) -> Result<bool, WatchError> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(false);
+        }
+        let ev: Event = serde_json::from_slice(line).map_err(|e| WatchError::Bad(e.to_string()))?;
+        match ev.kind.as_str() {
+            "ERROR" => {
+                let code = ev.object["code"].as_u64();
+                if code == Some(410) {
+                    return Err(WatchError::Expired);
+                }
+                Err(WatchError::Status {
+                    status: code.and_then(|c| u16::try_from(c).ok()).unwrap_or(0),
+                    message: ev.object["message"].as_str().unwrap_or("").to_owned(),
+                })
+            }
+            "BOOKMARK" => {
+                if let Some(v) = ev.object["metadata"]["resourceVersion"].as_str() {
+                    *version = v.to_owned();
+                }
+                Ok(false)
+            }
+            kind @ ("ADDED" | "MODIFIED" | "DELETED") => {
+                let s: Slice = serde_json::from_value(ev.object)
+                    .map_err(|e| WatchError::Bad(e.to_string()))?;
+                if kind == "DELETED" {
+                    self.by_name.remove(&s.metadata.name);
+                } else {
+                    self.put(svc, &s);
+                }
+                *version = s.metadata.resource_version.clone();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     fn put(&mut self, svc: &KubeService, s: &Slice) {
         self.by_name
             .insert(s.metadata.name.clone(), ready_nodes(svc, s));
@@ -232,13 +288,7 @@ impl Watcher {
             .bytes()
             .await
             .map_err(|e| WatchError::Http(e.to_string()))?;
-        let list: List =
-            serde_json::from_slice(&bytes).map_err(|e| WatchError::Bad(e.to_string()))?;
-        let mut slices = Slices::default();
-        for s in &list.items {
-            slices.put(&self.svc, s);
-        }
-        Ok((slices, list.metadata.resource_version))
+        Slices::from_list(&self.svc, &bytes)
     }
 
     /// Applies the changes after `*version` to `slices`, calling `changed` after
@@ -272,38 +322,8 @@ impl Watcher {
                     continue;
                 }
                 let text = std::mem::take(&mut line);
-                if text.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                let ev: Event =
-                    serde_json::from_slice(&text).map_err(|e| WatchError::Bad(e.to_string()))?;
-                match ev.kind.as_str() {
-                    "ERROR" => {
-                        if ev.object["code"].as_u64() == Some(410) {
-                            return Err(WatchError::Expired);
-                        }
-                        return Err(WatchError::Status {
-                            status: ev.object["code"].as_u64().unwrap_or(0) as u16,
-                            message: ev.object["message"].as_str().unwrap_or("").to_owned(),
-                        });
-                    }
-                    "BOOKMARK" => {
-                        if let Some(v) = ev.object["metadata"]["resourceVersion"].as_str() {
-                            *version = v.to_owned();
-                        }
-                    }
-                    kind @ ("ADDED" | "MODIFIED" | "DELETED") => {
-                        let s: Slice = serde_json::from_value(ev.object)
-                            .map_err(|e| WatchError::Bad(e.to_string()))?;
-                        if kind == "DELETED" {
-                            slices.by_name.remove(&s.metadata.name);
-                        } else {
-                            slices.put(&self.svc, &s);
-                        }
-                        *version = s.metadata.resource_version.clone();
-                        changed(slices);
-                    }
-                    _ => {}
+                if slices.apply_event(&self.svc, &text, version)? {
+                    changed(slices);
                 }
             }
         }
@@ -398,5 +418,66 @@ mod tests {
         assert_eq!(ready_nodes(&svc(None), &s)[0].id, "10.0.0.1:9180");
         // A port the slice does not have: nobody.
         assert!(ready_nodes(&svc(Some("grpc")), &s).is_empty());
+    }
+
+    #[test]
+    fn a_watch_adds_changes_and_deletes_slices_and_ends_on_an_error() {
+        let svc = svc(Some("s3"));
+        let (mut slices, mut v) = Slices::from_list(
+            &svc,
+            br#"{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "a"},
+                "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"name": "s3", "port": 9000}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(v, "5");
+        let ids = |s: &Slices| s.nodes().into_iter().map(|n| n.id).collect::<Vec<_>>();
+        assert_eq!(ids(&slices), ["10.0.0.1:9000"]);
+        let added =
+            br#"{"type": "ADDED", "object": {"metadata": {"name": "b", "resourceVersion": "6"},
+            "endpoints": [{"addresses": ["10.0.0.2"], "conditions": {"ready": true}}],
+            "ports": [{"name": "s3", "port": 9000}]}}"#;
+        assert!(slices.apply_event(&svc, added, &mut v).unwrap());
+        assert_eq!(
+            (ids(&slices), v.as_str()),
+            (
+                vec!["10.0.0.1:9000".to_owned(), "10.0.0.2:9000".to_owned()],
+                "6"
+            )
+        );
+        let bookmark = br#"{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}"#;
+        assert!(!slices.apply_event(&svc, bookmark, &mut v).unwrap());
+        assert_eq!(v, "9");
+        let deleted = br#"{"type": "DELETED", "object": {"metadata": {"name": "a", "resourceVersion": "10"}}}"#;
+        assert!(slices.apply_event(&svc, deleted, &mut v).unwrap());
+        assert_eq!(ids(&slices), ["10.0.0.2:9000"]);
+        assert!(!slices.apply_event(&svc, b"  \r", &mut v).unwrap());
+        let gone = br#"{"type": "ERROR", "object": {"code": 410, "message": "too old"}}"#;
+        assert!(matches!(
+            slices.apply_event(&svc, gone, &mut v),
+            Err(WatchError::Expired)
+        ));
+        let denied = br#"{"type": "ERROR", "object": {"code": 403, "message": "forbidden"}}"#;
+        assert!(matches!(
+            slices.apply_event(&svc, denied, &mut v),
+            Err(WatchError::Status { status: 403, .. })
+        ));
+        for bad in [
+            &b"{"[..],
+            b"[]",
+            br#"{"type": "ADDED", "object": {"endpoints": 3}}"#,
+        ] {
+            assert!(
+                matches!(
+                    slices.apply_event(&svc, bad, &mut v),
+                    Err(WatchError::Bad(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            ids(&slices),
+            ["10.0.0.2:9000"],
+            "a bad line changed nothing"
+        );
     }
 }

@@ -216,23 +216,32 @@ impl Membership {
     /// if any, else all of them; none at all when none is ready.
     fn apply_slices(&self, nodes: &[NodeSpec]) {
         let (set, in_zone) = Self::static_set(nodes, self.zone.as_deref());
+        self.in_zone.store(in_zone, Ordering::Relaxed);
+        let ranked = set.len();
+        if self.swap(set) {
+            tracing::info!(
+                nodes = ranked,
+                of = nodes.len(),
+                "cluster membership changed"
+            );
+        }
+    }
+
+    /// Takes `set` unless it holds the nodes of the current one, and marks the
+    /// source as having answered; whether the set changed.
+    fn swap(&self, set: NodeSet) -> bool {
         let mut cur = self.current.write().unwrap();
-        let same = cur
+        let changed = !cur
             .nodes()
             .iter()
             .map(|n| &n.id)
             .eq(set.nodes().iter().map(|n| &n.id));
-        self.in_zone.store(in_zone, Ordering::Relaxed);
-        if !same {
-            tracing::info!(
-                nodes = set.len(),
-                of = nodes.len(),
-                "cluster membership changed"
-            );
+        if changed {
             *cur = Arc::new(set);
         }
         drop(cur);
         self.answered.send_replace(true);
+        changed
     }
 
     /// Resolves the DNS name once and swaps the set if it changed.
@@ -253,20 +262,11 @@ impl Membership {
             })
             .collect();
         let set = NodeSet::new(ids.into_iter().map(|i| (i, 1.0)));
-        let mut cur = self.current.write().unwrap();
-        let same = cur
-            .nodes()
-            .iter()
-            .map(|n| &n.id)
-            .eq(set.nodes().iter().map(|n| &n.id));
-        if same {
+        let nodes = set.len();
+        if !self.swap(set) {
             return Ok(Refresh::Unchanged);
         }
-        let nodes = set.len();
         tracing::info!(name = %dns.host, nodes, "cluster membership changed");
-        *cur = Arc::new(set);
-        drop(cur);
-        self.answered.send_replace(true);
         Ok(Refresh::Changed { nodes })
     }
 

@@ -19,7 +19,11 @@ const MIB: u64 = 1 << 20;
 const BASE: u8 = 60;
 const NS: &str = "shoal";
 const SVC: &str = "shoal-node";
-const KEYS: [&str; 4] = ["slices/a", "slices/b", "slices/c", "slices/d"];
+/// 64 blocks of 1 MiB (the cluster's block), every one read in turn: a node
+/// that joins owns none of them with a chance of (3/4)^64.
+const KEYS: [&str; 8] = [
+    "slices/a", "slices/b", "slices/c", "slices/d", "slices/e", "slices/f", "slices/g", "slices/h",
+];
 
 struct Fleet {
     dir: tempfile::TempDir,
@@ -200,7 +204,7 @@ impl Readers {
                     while !stop.load(Relaxed) {
                         let k = (i as usize) % KEYS.len();
                         let body = &bodies[k];
-                        let at = (i * MIB) % body.len() as u64;
+                        let at = (i / KEYS.len() as u64 * MIB) % body.len() as u64;
                         i += 1;
                         let got = match reader.open(BUCKET, KEYS[k], None).await {
                             Ok(h) => h.read(at, MIB).await.map_err(|e| e.to_string()),

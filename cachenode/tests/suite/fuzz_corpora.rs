@@ -24,6 +24,11 @@ fn config() {
 }
 
 #[test]
+fn endpoint_slices() {
+    replay("endpoint_slices", entries::endpoint_slices);
+}
+
+#[test]
 fn list_xml() {
     replay("list_xml", entries::list_xml);
 }
