@@ -191,14 +191,12 @@ fn ready_nodes(svc: &KubeService, s: &Slice) -> Vec<NodeSpec> {
         .iter()
         .filter(|e| e.conditions.ready != Some(false))
         .flat_map(|e| {
+            // Addresses only (an FQDN slice's names are skipped): members are
+            // found with no name resolved.
             e.addresses.iter().filter_map(move |a| {
-                let addr = if a.contains(':') {
-                    format!("[{a}]:{port}")
-                } else {
-                    format!("{a}:{port}")
-                };
+                let ip: std::net::IpAddr = a.parse().ok()?;
                 Some(NodeSpec {
-                    id: canonical_node_id(&addr).ok()?,
+                    id: canonical_node_id(&std::net::SocketAddr::new(ip, port).to_string()).ok()?,
                     weight: 1.0,
                     zone: e.zone.clone(),
                 })
@@ -398,7 +396,8 @@ mod tests {
                 {"addresses": ["10.0.0.1"], "conditions": {"ready": true}, "zone": "a"},
                 {"addresses": ["10.0.0.2"], "conditions": {"ready": false}, "zone": "a"},
                 {"addresses": ["10.0.0.3"], "zone": "b"},
-                {"addresses": ["fd00::4"], "conditions": {"ready": true}}
+                {"addresses": ["fd00::4"], "conditions": {"ready": true}},
+                {"addresses": ["node-5.example.com"], "conditions": {"ready": true}}
             ],
             "ports": [{"name": "metrics", "port": 9180}, {"name": "s3", "port": 9000}]
         }))
