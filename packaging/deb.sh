@@ -38,6 +38,10 @@ put 644 packaging/systemd/shoal-mount@.service lib/systemd/system/shoal-mount@.s
 put 644 packaging/monitoring/alerts.yml usr/share/doc/shoal/monitoring/alerts.yml
 put 644 packaging/monitoring/grafana-dashboard.json usr/share/doc/shoal/monitoring/grafana-dashboard.json
 put 644 README.md usr/share/doc/shoal/README.md
+# The book's pages, as Markdown: the units' Documentation= names them.
+for page in docs/src/*.md; do
+  put 644 "$page" "usr/share/doc/shoal/book/$(basename "$page")"
+done
 put 644 packaging/debian/copyright usr/share/doc/shoal/copyright
 # A native package's changelog, in Debian's format, compressed as policy wants.
 mkdir -p "$stage/usr/share/doc/shoal"

@@ -5,7 +5,7 @@
 # failed, no connection refused, MainPID changed, nothing fetched again) and stops
 # cleanly; shoal-mount@NAME mounts, reads byte-exact, hands over
 # on `systemctl reload` and survives a killed server under readers without a failed
-# read, and unmounts on stop; journalctl shows both; the README's fstab line mounts
+# read, and unmounts on stop; journalctl shows both; the book's fstab line (docs/src/mount.md) mounts
 # at boot, after the node. The origin runs on the host (the system shares its
 # network). Run as root: packaging/system/units.sh SHOAL.deb. Prints
 # "units: N passed, N failed".
@@ -481,10 +481,10 @@ else
 fi
 
 echo "== at boot: fstab and enabled units"
-# The README's fstab line as an operator copies it, with this test's bucket,
+# The book's fstab line (docs/src/mount.md) as an operator copies it, with this test's bucket,
 # mountpoint and config.
-readme_line=$(grep -m1 ' fuse\.shoal .*_netdev' README.md)
-opts=$(echo "$readme_line" | awk '{ print $4 }' | sed 's#config=[^,]*#config=/etc/shoal/fstab.toml#')
+book_line=$(grep -m1 ' fuse\.shoal .*_netdev' docs/src/mount.md)
+opts=$(echo "$book_line" | awk '{ print $4 }' | sed 's#config=[^,]*#config=/etc/shoal/fstab.toml#')
 line="units /mnt/fstab fuse.shoal $opts 0 0"
 mount_config fstab /mnt/fstab
 echo "$line" >>"$(system_path /etc/fstab)"
