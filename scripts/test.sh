@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine, then runs formatting,
-# lint and the whole test suite. Usage: scripts/test.sh
+# the book's build, lint and the whole test suite. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +38,8 @@ python3 -c 'import pytest, munch, isodate, lxml, pytz' 2>/dev/null || { echo "==
 # The Python package (python/): maturin builds it; fsspec is what it plugs into;
 # pandas and polars are among the readers its tests run through it.
 python3 -c 'import maturin, fsspec, pandas, polars' 2>/dev/null || { echo "== installing maturin, fsspec, pandas and polars"; python3 -m pip install --quiet maturin fsspec pandas polars; }
+# mkdocs builds the book (docs/); 1.6 is the first that checks anchors.
+python3 -c 'import sys, mkdocs; sys.exit(tuple(map(int, mkdocs.__version__.split(".")[:2])) < (1, 6))' 2>/dev/null || { echo "== installing mkdocs"; python3 -m pip install --quiet 'mkdocs>=1.6,<2'; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
@@ -58,6 +60,14 @@ fi
 
 phase "cargo fmt --check"
 cargo fmt --all -- --check
+# The book: --strict makes a link to a missing page or anchor fail the build;
+# check_links.py then checks the links into it from the rest of the repository
+# (the README, --help texts, comments). Its configuration reference is checked
+# against the config types by the library's tests (config_reference).
+phase "the book (docs/): mkdocs build --strict, then the links into it"
+# (Never --quiet: mkdocs then drops the warnings --strict counts, and passes.)
+python3 -m mkdocs build --strict -f docs/mkdocs.yml
+python3 docs/check_links.py
 # One release build serves the tests, the Debian package, the demo and the
 # benches: every dependency is built with the same features and profile as in
 # scripts/demo.sh's build and packaging/test.sh's, so what one built the others
