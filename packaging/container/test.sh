@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The container image as users get it, with no registry and no container
+# runtime: built by packaging/container/build.sh (buildah), unpacked by umoci
+# into its root and config, and run with systemd-nspawn as the StatefulSet runs
+# the node (the image's user, a read-only root, the config and cache mounted);
+# its static shoal-mount mounting a bucket and reading it from a root that has
+# no C library at all. The CSI plugin's container runs in a booted system
+# (packaging/system/image.sh), from the root unpacked here.
+# Run as root; called by packaging/test.sh. Prints "image: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+passed=0; failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+check() { local what=$1; shift; if "$@" >"$work/check.log" 2>&1; then ok "$what"; else bad "$what"; sed 's/^/     /' "$work/check.log" | tail -20; fi; }
+summary() { echo "image: $passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+out=${SHOAL_IMAGE_DIR:-$root/target/image}
+work=$(mktemp -d /tmp/shoal-image.XXXXXX)
+pids=()
+bare=$work/bare
+cleanup() {
+  mountpoint -q "$bare/mnt" 2>/dev/null && umount -l "$bare/mnt"
+  mountpoint -q "$bare/proc" 2>/dev/null && umount -l "$bare/proc"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
+
+echo "== the image, built without a registry"
+start=$(date +%s%N)
+if packaging/container/build.sh "$out" >"$work/build.log" 2>&1; then
+  ok "packaging/container/build.sh in $(ms "$start") ms: $(tail -1 "$work/build.log")"
+else
+  bad "packaging/container/build.sh"; tail -20 "$work/build.log"; summary
+fi
+rm -rf "$out/bundle"
+check "umoci unpack gives its root and config" umoci unpack --image "$out/oci:shoal:$version" "$out/bundle"
+rootfs=$out/bundle/rootfs
+config=$out/bundle/config.json
+[ -f "$config" ] || summary
+# What the runtime would run: the config's process.
+jq_() { python3 -c "import json,sys; c=json.load(open('$config'))['process']; print($1)"; }
+user=$(jq_ '"%d:%d" % (c["user"]["uid"], c["user"]["gid"])')
+cmd=$(jq_ '" ".join(c["args"])')
+check "its user is 999:999 (shoal), not root ($user)" test "$user" = 999:999
+check "its command is the node's ($cmd)" test "$cmd" = "shoal-node --config /etc/shoal/node.toml"
+echo "     image size: $(du -sm "$out/oci/blobs" | cut -f1) MiB as an OCI layout (compressed), $(du -sm "$rootfs" | cut -f1) MiB unpacked"
+check "no compiler, shell or package manager in it" bash -c "
+  found=\$(find '$rootfs' \\( -name 'gcc*' -o -name cc -o -name 'cc1*' -o -name 'rustc' -o -name cargo -o -name ld \\
+    -o -name 'ld.bfd' -o -name as -o -name sh -o -name bash -o -name dash -o -name apt -o -name dpkg \\) -print)
+  [ -z \"\$found\" ] || { echo \"\$found\"; exit 1; }"
+check "its shoal-mount is statically linked (no interpreter, no shared library)" bash -c "
+  ! readelf -l '$rootfs/usr/bin/shoal-mount' | grep -q 'program interpreter' &&
+  ! readelf -d '$rootfs/usr/bin/shoal-mount' | grep -q NEEDED"
+# Every program the image holds starts in it (its libraries are all there).
+for b in shoal-node shoal-csi shoal shoal-mount systemd-run journalctl; do
+  check "$b --version runs inside the image's root" chroot "$rootfs" "/usr/bin/$b" --version
+done
+
+echo "== origin on the host"
+seed=$work/seed
+mkdir -p "$seed/data"
+head -c 5000013 /dev/urandom >"$seed/data/big.bin"
+head -c 70001 /dev/urandom >"$seed/data/small.bin"
+origin_secret=image-origin-$RANDOM$RANDOM
+cluster_secret=image-cluster-$RANDOM$RANDOM
+SHOAL_ORIGIN_ACCESS_KEY=image SHOAL_ORIGIN_SECRET_KEY=$origin_secret target/release/shoal-test-origin \
+  --listen 127.0.39.1:0 --bucket img --seed "$seed" --addr-file "$work/origin.addr" 2>"$work/origin.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/origin.addr" ] && break; sleep 0.1; done
+origin=$(cat "$work/origin.addr" 2>/dev/null)
+if [ -n "$origin" ]; then ok "origin on $origin"; else bad "the origin starts"; cat "$work/origin.log"; summary; fi
+
+echo "== the node container, as the StatefulSet runs it"
+# The StatefulSet's container: the image's command as its user (runAsUser 999),
+# a read-only root, the ConfigMap at /etc/shoal, the cache volume at
+# /var/cache/shoal, the cluster secret and POD_IP from its environment.
+mkdir -p "$work/etc-shoal" "$work/cache"
+chown 999:999 "$work/cache"
+cat >"$work/etc-shoal/node.toml" <<TOML
+[origin]
+endpoint = "http://$origin"
+region = "us-east-1"
+[origin.credentials]
+access_key_id = "image"
+secret_access_key = "$origin_secret"
+[node]
+listen = "127.0.39.2:0"
+[cache]
+ram_size = "64MiB"
+disk_size = "64MiB"
+data_dir = "/var/cache/shoal"
+[auth]
+[[auth.keys]]
+access_key_id = "shoal-cluster"
+secret_access_key_env = "SHOAL_CLUSTER_SECRET"
+TOML
+chmod 0644 "$work/etc-shoal/node.toml"
+start=$(date +%s%N)
+# shellcheck disable=SC2086
+systemd-nspawn --quiet --register=no --keep-unit -D "$rootfs" --read-only --user="${user%%:*}" \
+  --bind-ro="$work/etc-shoal:/etc/shoal" --bind="$work/cache:/var/cache/shoal" \
+  --setenv=SHOAL_CLUSTER_SECRET="$cluster_secret" --setenv=POD_IP=127.0.39.2 --setenv=RUST_LOG=info \
+  -- $cmd >"$work/node.log" 2>&1 </dev/null &
+nspawn=$!
+pids+=($nspawn)
+node=
+for _ in $(seq 200); do
+  node=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$work/node.log" | head -1)
+  [ -n "$node" ] && break
+  kill -0 "$nspawn" 2>/dev/null || break
+  sleep 0.05
+done
+if [ -n "$node" ]; then ok "the node container listens on $node in $(ms "$start") ms"; else
+  bad "the node container starts"; tail -20 "$work/node.log"; summary; fi
+node_pid=$(pgrep -f -x "shoal-node --config /etc/shoal/node.toml" | head -1)
+check "it runs as uid 999, not root ($(ps -o uid=,user= -p "${node_pid:-1}" | xargs))" test "$(ps -o uid= -p "${node_pid:-1}" | tr -d ' ')" = 999
+# A real S3 GET, signed with the cluster key, through the node in the container.
+get() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "shoal-cluster:$cluster_secret" "$@"; }
+check "an S3 GET through the node container reads byte-exact (5,000,013 bytes)" \
+  bash -c "$(declare -f get); cluster_secret=$cluster_secret; get http://$node/img/data/big.bin | cmp - '$seed/data/big.bin'"
+check "a ranged GET too (bytes 4999000-5000012)" bash -c "$(declare -f get); cluster_secret=$cluster_secret;
+  get -H 'Range: bytes=4999000-5000012' http://$node/img/data/big.bin | cmp - <(tail -c 1013 '$seed/data/big.bin')"
+check "an unsigned GET is refused (403)" test "$(curl -s -o /dev/null -w '%{http_code}' "http://$node/img/data/small.bin")" = 403
+check "the disk tier is written in the cache volume, by uid 999" bash -c "
+  for _ in \$(seq 100); do [ -n \"\$(find '$work/cache' -type f -user 999 | head -1)\" ] && exit 0; sleep 0.05; done; exit 1"
+kill "$nspawn" 2>/dev/null; wait "$nspawn" 2>/dev/null
+
+echo "== the static shoal-mount in a root with no C library"
+# The binary, its config, /etc/hosts, /dev/fuse and /proc (it reads its own
+# mounts and program there): nothing else, no libc, no loader, no NSS module.
+mkdir -p "$bare"/{etc,dev,proc,mnt,tmp}
+cp "$rootfs/usr/bin/shoal-mount" "$bare/"
+mknod -m 0666 "$bare/dev/fuse" c 10 229
+mount -t proc proc "$bare/proc"
+# The origin by name: musl reads /etc/hosts itself.
+echo "${origin%:*} origin.shoal.test" >"$bare/etc/hosts"
+cat >"$bare/mount.toml" <<TOML
+[origin]
+endpoint = "http://origin.shoal.test:${origin##*:}"
+region = "us-east-1"
+[origin.credentials]
+access_key_id = "image"
+secret_access_key = "$origin_secret"
+TOML
+check "the root holds no libc, loader or NSS module ($(find "$bare" -xdev -type f | sed "s|$bare||" | xargs))" \
+  bash -c "[ -z \"\$(find '$bare' -xdev \\( -name 'libc*' -o -name 'ld-*' -o -name 'libnss*' -o -name '*.so*' \\) -print)\" ]"
+start=$(date +%s%N)
+check "chroot ROOT /shoal-mount mounts img/data (the origin named through /etc/hosts)" \
+  chroot "$bare" /shoal-mount --config /mount.toml --log-file /tmp/mount.log img/data /mnt
+echo "     mounted in $(ms "$start") ms"
+check "the mount is FUSE's (fuse.shoal)" bash -c "findmnt -no FSTYPE '$bare/mnt' | grep -qx fuse.shoal"
+check "files read byte-exact through it" bash -c "cmp '$bare/mnt/big.bin' '$seed/data/big.bin' && cmp '$bare/mnt/small.bin' '$seed/data/small.bin'"
+check "umount ends it" umount "$bare/mnt"
+summary
