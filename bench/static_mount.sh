@@ -3,8 +3,9 @@
 # of any libc) against the glibc build, in one run on the same warm nodes: one
 # sequential reader and four at once, MB/s and the mount's CPU per GiB. musl's
 # own malloc takes one lock for every allocation; the static build allocates
-# with mimalloc instead (mount/Cargo.toml), and MALLOC=musl shows it without
-# (a build of the musl target with --no-default-features of shoal-mount).
+# with mimalloc instead (mount/Cargo.toml), and the third column is the static
+# build with musl's malloc (--no-default-features, built once into
+# target/musl-malloc).
 source "$(dirname "$0")/lib.sh"
 SIZE_MB=${SIZE_MB:-512}
 LATENCY_MS=${LATENCY_MS:-5}
@@ -16,6 +17,9 @@ command -v fusermount3 >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=non
 build
 [ -x "$static" ] || (cd "$root" && cargo build --release --quiet --locked --target "$musl_target" -p shoal-mount --bin shoal-mount)
 readelf -l "$static" | grep -q 'program interpreter' && { echo "$static is not static" >&2; exit 1; }
+plain=${PLAIN_BIN:-$root/target/musl-malloc/$musl_target/release/shoal-mount}
+[ -x "$plain" ] || (cd "$root" && CARGO_TARGET_DIR=$root/target/musl-malloc cargo build --release --quiet --locked \
+  --target "$musl_target" -p shoal-mount --bin shoal-mount --no-default-features)
 steady_memory
 
 mkdir -p "$work/seed/par"
@@ -33,6 +37,7 @@ mount_with() {
 }
 mount_with glibc "$bin/shoal-mount"; glibc_pids=$mpid
 mount_with static "$static"; static_pids=$mpid
+mount_with plain "$plain"; plain_pids=$mpid
 
 # Warm the nodes through one mount: both then read from the nodes' RAM.
 cat "$work/glibc/obj.bin" "$work/glibc"/par/* >/dev/null
@@ -54,16 +59,20 @@ measure() {
 # Alternated, so that neither always reads after the other.
 read -r g1 g4 gcpu <<<"$(measure "$work/glibc" "$glibc_pids")"
 read -r s1 s4 scpu <<<"$(measure "$work/static" "$static_pids")"
+read -r p1 p4 pcpu <<<"$(measure "$work/plain" "$plain_pids")"
 read -r g1b g4b gcpub <<<"$(measure "$work/glibc" "$glibc_pids")"
 read -r s1b s4b scpub <<<"$(measure "$work/static" "$static_pids")"
+read -r p1b p4b pcpub <<<"$(measure "$work/plain" "$plain_pids")"
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b ? a : b) }'; }
 least() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b ? a : b) }'; }
 g1=$(best "$g1" "$g1b"); g4=$(best "$g4" "$g4b"); gcpu=$(least "$gcpu" "$gcpub")
 s1=$(best "$s1" "$s1b"); s4=$(best "$s4" "$s4b"); scpu=$(least "$scpu" "$scpub")
+p1=$(best "$p1" "$p1b"); p4=$(best "$p4" "$p4b"); pcpu=$(least "$pcpu" "$pcpub")
 
 echo "static_mount: $SIZE_MB MiB warm from 3 nodes' RAM; glibc build $(du -m "$bin/shoal-mount" | cut -f1) MiB, static $(du -m "$static" | cut -f1) MiB ($(file -b "$static" | cut -d, -f1-2))"
-printf '%-44s %10s %10s %12s\n' "measure" "glibc" "static" "static/glibc"
-row() { printf '%-44s %10s %10s %12s\n' "$1" "$2" "$3" "$(ratio "$3" "$2")"; }
-row "warm sequential, one reader, MB/s" "$g1" "$s1"
-row "warm sequential, four readers, total MB/s" "$g4" "$s4"
-row "mount CPU ms per GiB read" "$gcpu" "$scpu"
+printf '%-42s %8s %8s %12s %14s %12s\n' "measure" "glibc" "static" "static/glibc" "musl-malloc" "/glibc"
+row() { printf '%-42s %8s %8s %12s %14s %12s\n' "$1" "$2" "$3" "$(ratio "$3" "$2")" "$4" "$(ratio "$4" "$2")"; }
+row "warm sequential, one reader, MB/s" "$g1" "$s1" "$p1"
+row "warm sequential, four readers, total MB/s" "$g4" "$s4" "$p4"
+row "mount CPU ms per GiB read" "$gcpu" "$scpu" "$pcpu"
+echo "static: mimalloc (the shipped build); musl-malloc: the same with musl's own allocator"

@@ -17,6 +17,14 @@ command -v s3fs >/dev/null 2>&1 || need_apt+=(s3fs)
 # packaging/system-test.sh boots a Debian root of its own under systemd-nspawn.
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
+# The container image is built and unpacked without a registry or a runtime
+# (buildah, umoci); the static shoal-mount needs musl's C compiler; the
+# Kubernetes installs are rendered by kubectl (Debian's kubernetes-client where
+# the machine has none).
+command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
+command -v umoci >/dev/null 2>&1 || need_apt+=(umoci)
+command -v musl-gcc >/dev/null 2>&1 || need_apt+=(musl-tools)
+command -v kubectl >/dev/null 2>&1 || need_apt+=(kubernetes-client)
 [ -e /lib/x86_64-linux-gnu/libfuse.so.2 ] || [ -e /usr/lib/x86_64-linux-gnu/libfuse.so.2 ] || need_apt+=(libfuse2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing Debian packages: ${need_apt[*]}"
@@ -40,6 +48,7 @@ python3 -c 'import pytest, munch, isodate, lxml, pytz' 2>/dev/null || { echo "==
 python3 -c 'import maturin, fsspec, pandas, polars' 2>/dev/null || { echo "== installing maturin, fsspec, pandas and polars"; python3 -m pip install --quiet maturin fsspec pandas polars; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl || rustup target add x86_64-unknown-linux-musl
 
 # One build per run: incremental state would only double the disk a clean
 # machine needs.
@@ -66,6 +75,10 @@ phase "build (release: libraries, binaries, examples, tests)"
 cargo test --release --workspace --locked --no-run
 # Clippy checks in the same profile, so the build's proc-macros and build
 # scripts serve it too.
+# shoal-mount statically linked (musl), for the CSI plugin's host units and the
+# image; packaging/test.sh finds it built.
+phase "build (static shoal-mount, x86_64-unknown-linux-musl)"
+cargo build --release --locked --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
 phase "cargo clippy"
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
 phase "cargo test"

@@ -32,7 +32,7 @@ struct Args {
     /// container runs, for the host's systemd. DIR is a host path the host lets
     /// systemd run binaries from (/opt/csi/shoal; Bottlerocket allows /opt/csi),
     /// and --mount-bin then names DIR/shoal-mount.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["endpoint", "node_id"])]
+    #[arg(long, value_name = "DIR")]
     install_mount: Option<PathBuf>,
     /// This node's zone: reported as topology.kubernetes.io/zone, and the zone
     /// its mounts prefer the nodes of.

@@ -27,7 +27,8 @@ if readelf -l "$mountbin" | grep -q 'Requesting program interpreter'; then
 fi
 
 rm -rf "$out"
-mkdir -p "$out"/{usr/bin,usr/lib/x86_64-linux-gnu,usr/lib64,etc/ssl/certs,etc/shoal,tmp,var/cache/shoal}
+# (dev, proc, sys and run: where a runtime mounts its own; root: HOME of uid 0.)
+mkdir -p "$out"/{usr/bin,usr/lib/x86_64-linux-gnu,usr/lib64,etc/ssl/certs,etc/shoal,tmp,var/cache/shoal,dev,proc,sys,run,root}
 # Debian's merged /usr: the loader's path in every binary is /lib64/...
 ln -s usr/lib "$out/lib"
 ln -s usr/lib64 "$out/lib64"

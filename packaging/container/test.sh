@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The container image as users get it, with no registry and no container
 # runtime: built by packaging/container/build.sh (buildah), unpacked by umoci
-# into its root and config, and run with systemd-nspawn as the StatefulSet runs
-# the node (the image's user, a read-only root, the config and cache mounted);
+# into its root and config, and run as the StatefulSet runs the node (its own
+# mount and PID namespaces, the image's user, a read-only root, the config and
+# cache mounted, no privilege escalation);
 # its static shoal-mount mounting a bucket and reading it from a root that has
 # no C library at all. The CSI plugin's container runs in a booted system
 # (packaging/system/image.sh), from the root unpacked here.
@@ -101,12 +102,24 @@ access_key_id = "shoal-cluster"
 secret_access_key_env = "SHOAL_CLUSTER_SECRET"
 TOML
 chmod 0644 "$work/etc-shoal/node.toml"
+# A runtime's work by hand (systemd-nspawn resolves a --user with the image's
+# getent, which the image has no need of): a mount and PID namespace of its
+# own, the root read-only with the volumes bound in, proc, a /dev and a /tmp;
+# then no_new_privs, and the image's user by chroot --userspec, which leaves
+# the process no capability. The environment is the pod's alone.
 start=$(date +%s%N)
 # shellcheck disable=SC2086
-systemd-nspawn --quiet --register=no --keep-unit -D "$rootfs" --read-only --user="${user%%:*}" \
-  --bind-ro="$work/etc-shoal:/etc/shoal" --bind="$work/cache:/var/cache/shoal" \
-  --setenv=SHOAL_CLUSTER_SECRET="$cluster_secret" --setenv=POD_IP=127.0.39.2 --setenv=RUST_LOG=info \
-  -- $cmd >"$work/node.log" 2>&1 </dev/null &
+env -i PATH=/usr/bin SHOAL_CLUSTER_SECRET="$cluster_secret" POD_IP=127.0.39.2 RUST_LOG=info \
+  unshare --mount --pid --fork --kill-child --propagation private -- /bin/bash -c '
+    set -e; r=$1; shift
+    mount --bind "$r" "$r"; mount -o remount,bind,ro "$r"
+    mount --bind -o ro "'"$work/etc-shoal"'" "$r/etc/shoal"
+    mount --bind "'"$work/cache"'" "$r/var/cache/shoal"
+    mount -t proc proc "$r/proc"; mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
+    mount -t tmpfs -o mode=755 tmpfs "$r/dev"
+    for d in null zero random urandom; do touch "$r/dev/$d"; mount --bind "/dev/$d" "$r/dev/$d"; done
+    exec setpriv --no-new-privs "'"$(command -v chroot)"'" --userspec="'"$user"'" "$r" "$@"' container "$rootfs" $cmd \
+  >"$work/node.log" 2>&1 </dev/null &
 nspawn=$!
 pids+=($nspawn)
 node=
@@ -118,10 +131,13 @@ for _ in $(seq 200); do
 done
 if [ -n "$node" ]; then ok "the node container listens on $node in $(ms "$start") ms"; else
   bad "the node container starts"; tail -20 "$work/node.log"; summary; fi
-node_pid=$(pgrep -f -x "shoal-node --config /etc/shoal/node.toml" | head -1)
+# The container's process: unshare's child (bash, then setpriv, chroot and the
+# node, each exec'd in turn).
+node_pid=$(pgrep -P "$nspawn" | head -1)
 check "it runs as uid 999, not root ($(ps -o uid=,user= -p "${node_pid:-1}" | xargs))" test "$(ps -o uid= -p "${node_pid:-1}" | tr -d ' ')" = 999
 # A real S3 GET, signed with the cluster key, through the node in the container.
-get() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "shoal-cluster:$cluster_secret" "$@"; }
+# (curl signs; S3 wants the payload's hash said too.)
+get() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "shoal-cluster:$cluster_secret" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
 check "an S3 GET through the node container reads byte-exact (5,000,013 bytes)" \
   bash -c "$(declare -f get); cluster_secret=$cluster_secret; get http://$node/img/data/big.bin | cmp - '$seed/data/big.bin'"
 check "a ranged GET too (bytes 4999000-5000012)" bash -c "$(declare -f get); cluster_secret=$cluster_secret;
@@ -129,14 +145,17 @@ check "a ranged GET too (bytes 4999000-5000012)" bash -c "$(declare -f get); clu
 check "an unsigned GET is refused (403)" test "$(curl -s -o /dev/null -w '%{http_code}' "http://$node/img/data/small.bin")" = 403
 check "the disk tier is written in the cache volume, by uid 999" bash -c "
   for _ in \$(seq 100); do [ -n \"\$(find '$work/cache' -type f -user 999 | head -1)\" ] && exit 0; sleep 0.05; done; exit 1"
-kill "$nspawn" 2>/dev/null; wait "$nspawn" 2>/dev/null
+# (unshare ignores SIGTERM while it waits: the container's process is told.)
+kill "${node_pid:-$nspawn}" 2>/dev/null; wait "$nspawn" 2>/dev/null
 
 echo "== the static shoal-mount in a root with no C library"
-# The binary, its config, /etc/hosts, /dev/fuse and /proc (it reads its own
-# mounts and program there): nothing else, no libc, no loader, no NSS module.
+# The binary, its config, /etc/hosts, /dev/fuse, /dev/null (its daemon's
+# standard input) and /proc (it reads its own mounts and program there):
+# nothing else, no libc, no loader, no NSS module.
 mkdir -p "$bare"/{etc,dev,proc,mnt,tmp}
 cp "$rootfs/usr/bin/shoal-mount" "$bare/"
 mknod -m 0666 "$bare/dev/fuse" c 10 229
+mknod -m 0666 "$bare/dev/null" c 1 3
 mount -t proc proc "$bare/proc"
 # The origin by name: musl reads /etc/hosts itself.
 echo "${origin%:*} origin.shoal.test" >"$bare/etc/hosts"
@@ -151,8 +170,9 @@ TOML
 check "the root holds no libc, loader or NSS module ($(find "$bare" -xdev -type f | sed "s|$bare||" | xargs))" \
   bash -c "[ -z \"\$(find '$bare' -xdev \\( -name 'libc*' -o -name 'ld-*' -o -name 'libnss*' -o -name '*.so*' \\) -print)\" ]"
 start=$(date +%s%N)
+# (With no environment but its own, as a unit of the host's would start it.)
 check "chroot ROOT /shoal-mount mounts img/data (the origin named through /etc/hosts)" \
-  chroot "$bare" /shoal-mount --config /mount.toml --log-file /tmp/mount.log img/data /mnt
+  env -i "$(command -v chroot)" "$bare" /shoal-mount --config /mount.toml --log-file /tmp/mount.log img/data /mnt
 echo "     mounted in $(ms "$start") ms"
 check "the mount is FUSE's (fuse.shoal)" bash -c "findmnt -no FSTYPE '$bare/mnt' | grep -qx fuse.shoal"
 check "files read byte-exact through it" bash -c "cmp '$bare/mnt/big.bin' '$seed/data/big.bin' && cmp '$bare/mnt/small.bin' '$seed/data/small.bin'"

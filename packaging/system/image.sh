@@ -182,9 +182,9 @@ if [[ $probe == *csi.shoal* ]]; then ok "the plugin's container serves CSI on $s
   bad "the plugin's container serves CSI"; in_system journalctl --no-pager -n 30 -u shoal-csi-container; summary; fi
 
 echo "== stage and publish: a unit of the host's systemd running the installed shoal-mount"
-staging=$plugin_dir/pv/vol-image/globalmount
+staging=/var/lib/kubelet/plugins/kubernetes.io/csi/csi.shoal/vol-image/globalmount
 target=/var/lib/kubelet/pods/pod-i/volumes/kubernetes.io~csi/vol-image/mount
-in_system mkdir -p "$(dirname "$target")"
+in_system mkdir -p "$staging" "$(dirname "$target")"
 check "NodeStageVolume" kubelet stage vol-image "$staging" --attr bucket=csi --attr prefix=vol
 check "NodePublishVolume" kubelet publish vol-image "$target" --staging "$staging" --attr bucket=csi --attr prefix=vol \
   --attr csi.storage.k8s.io/pod.name=pod-i --attr csi.storage.k8s.io/pod.namespace=default
