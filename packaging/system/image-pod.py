@@ -4,7 +4,7 @@
   kubectl kustomize DIR | image-pod.py KIND NAME CONTAINER
 
 prints shell assignments: ARGS (its command line, `$(VAR)`s left for the
-caller), USER (runAsUser, container's or pod's, else empty: the image's),
+caller), RUN_AS (runAsUser, container's or pod's, else empty: the image's),
 PRIVILEGED (true/false), and MOUNTS, one "MOUNTPATH PROPAGATION READONLY
 HOSTPATH-OR-KIND" per volume mount. Fails naming what it did not find.
 """
@@ -38,7 +38,7 @@ def main():
         mounts.append("%s %s %s %s" % (m["mountPath"], m.get("mountPropagation", "None"),
                                        "ro" if m.get("readOnly") else "rw", source))
     print("ARGS=(%s)" % " ".join(shlex.quote(a) for a in (c.get("command") or []) + (c.get("args") or [])))
-    print("USER=%s" % ("" if user is None else user))
+    print("RUN_AS=%s" % ("" if user is None else user))
     print("PRIVILEGED=%s" % ("true" if csc.get("privileged") else "false"))
     print("MOUNTS=(%s)" % " ".join(shlex.quote(m) for m in mounts))
 

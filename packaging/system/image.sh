@@ -49,10 +49,10 @@ for c in install-mount shoal-csi; do
     { bad "the DaemonSet's container $c"; summary; }
 done
 # shellcheck disable=SC1090
-source "$work/install-mount.sh"; init_args=("${ARGS[@]}"); init_mounts=("${MOUNTS[@]}")
+source "$work/install-mount.sh"; init_args=("${ARGS[@]}"); init_mounts=("${MOUNTS[@]}"); init_user=$RUN_AS
 # shellcheck disable=SC1090
 source "$work/shoal-csi.sh"; plugin_args=("${ARGS[@]}"); plugin_mounts=("${MOUNTS[@]}")
-ok "the DaemonSet's containers, from the rendering: install-mount runs ${init_args[*]}; shoal-csi (user ${USER:-the image's}, privileged $PRIVILEGED) runs ${plugin_args[*]}"
+ok "the DaemonSet's containers, from the rendering: install-mount runs ${init_args[*]}; shoal-csi (user ${RUN_AS:-of the image}, privileged $PRIVILEGED) runs ${plugin_args[*]}"
 
 echo "== origin and a cache node on the host"
 mkdir -p "$work/seed/vol"
@@ -150,8 +150,8 @@ container() {
   } >"$(system_path "/usr/local/bin/container-$cname")"
   chmod 0755 "$(system_path "/usr/local/bin/container-$cname")"
 }
-container install-mount "$USER" "${init_mounts[@]}"
-container shoal-csi "$USER" "${plugin_mounts[@]}"
+container install-mount "$init_user" "${init_mounts[@]}"
+container shoal-csi "$RUN_AS" "${plugin_mounts[@]}"
 
 echo "== the init container: the static shoal-mount onto the host"
 check "install-mount runs ${init_args[*]}" in_system /usr/local/bin/container-install-mount "${init_args[@]}"
