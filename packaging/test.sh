@@ -47,9 +47,10 @@ echo "== Debian package"
 # The release binaries of the test build (scripts/test.sh) or the demo's: the
 # same build, so nothing is compiled here unless this runs on its own.
 cargo build --release --locked --quiet --workspace --bins --examples
-# The CSI plugin's shoal-mount for hosts of any libc (the image ships it).
+# The CSI plugin's shoal-mount for hosts of any libc (the image ships it);
+# scripts/test.sh has built it by now.
 start=$(date +%s)
-cargo build --release --locked --quiet --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
+CARGO_TARGET_DIR=target/static cargo build --release --locked --quiet --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
 echo "     static shoal-mount built in $(($(date +%s) - start)) s"
 check "packaging/deb.sh builds the package" packaging/deb.sh "$work/shoal.deb"
 # Warnings it still gives are printed: no manual pages, and the example configs

@@ -83,11 +83,18 @@ mod tests {
 
         install(&v2, &dir).unwrap();
         assert_eq!(fs::read(&dest).unwrap(), b"version two, longer");
-        assert_ne!(fs::metadata(&dest).unwrap().ino(), old_inode, "a new file, not a rewrite");
+        assert_ne!(
+            fs::metadata(&dest).unwrap().ino(),
+            old_inode,
+            "a new file, not a rewrite"
+        );
         let mut kept = Vec::new();
         std::io::Read::read_to_end(&mut &running, &mut kept).unwrap();
         assert_eq!(kept, b"version one", "the running file is untouched");
-        let left: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(left, ["shoal-mount"], "no temporary file left");
     }
 

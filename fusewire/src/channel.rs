@@ -55,7 +55,8 @@ impl Channel {
             .open("/dev/fuse")?;
         let mut src: u32 = self.raw() as u32;
         // SAFETY: FUSE_DEV_IOC_CLONE takes a pointer to the source descriptor.
-        if unsafe { libc::ioctl(dev.as_raw_fd(), abi::DEV_IOC_CLONE as libc::Ioctl, &mut src) } < 0 {
+        if unsafe { libc::ioctl(dev.as_raw_fd(), abi::DEV_IOC_CLONE as libc::Ioctl, &mut src) } < 0
+        {
             return Err(last_error());
         }
         Channel::new(dev.into())
