@@ -102,24 +102,49 @@ access_key_id = "shoal-cluster"
 secret_access_key_env = "SHOAL_CLUSTER_SECRET"
 TOML
 chmod 0644 "$work/etc-shoal/node.toml"
+# The StatefulSet's container as the install renders it (a key of this run for
+# its Secret): its command, user, root and mounts, each run as it says.
+cp -r packaging/kubernetes "$work/k8s"
+printf 'image-test-key' >"$work/k8s/base/cluster-secret-key"
+kubectl kustomize "$work/k8s" >"$work/install.yaml" 2>"$work/kustomize.log" &&
+  python3 packaging/system/image-pod.py StatefulSet shoal-node shoal-node <"$work/install.yaml" >"$work/pod.sh" ||
+  { bad "the StatefulSet's container from kubectl kustomize packaging/kubernetes"; cat "$work/kustomize.log"; summary; }
+# shellcheck disable=SC1091
+source "$work/pod.sh"
+check "the StatefulSet runs the image's command (${ARGS[*]}) as its user ($RUN_AS), not privileged, read-only root, no escalation" \
+  test "${ARGS[*]}" = "$cmd" -a "$RUN_AS" = "${user%%:*}" -a "$PRIVILEGED" = false -a "$READ_ONLY_ROOT" = true -a "$NO_NEW_PRIVS" = true
+# Its volumes: the ConfigMap's files and the cache's emptyDir.
+binds=()
+for m in "${MOUNTS[@]}"; do
+  read -r path _ mode kind <<<"$m"
+  case $kind in
+    configMap) binds+=("$work/etc-shoal:$path:$mode") ;;
+    emptyDir) binds+=("$work/cache:$path:$mode") ;;
+    *) bad "the node's volume $path is a $kind, which this test cannot give"; summary ;;
+  esac
+done
 # A runtime's work by hand (systemd-nspawn resolves a --user with the image's
 # getent, which the image has no need of): a mount and PID namespace of its
-# own, the root read-only with the volumes bound in, proc, a /dev and a /tmp;
-# then no_new_privs, and the image's user by chroot --userspec, which leaves
-# the process no capability. The environment is the pod's alone.
+# own, the root read-only as the container says (and no /tmp then: a pod has
+# none it can write), the volumes bound in, proc and a /dev; then no_new_privs
+# as it says, and its user by chroot --userspec, which leaves the process no
+# capability. The environment is the pod's alone.
+$READ_ONLY_ROOT && ro=ro || ro=rw
+$NO_NEW_PRIVS && nnp=--no-new-privs || nnp=--
 start=$(date +%s%N)
-# shellcheck disable=SC2086
 env -i PATH=/usr/bin SHOAL_CLUSTER_SECRET="$cluster_secret" POD_IP=127.0.39.2 RUST_LOG=info \
   unshare --mount --pid --fork --kill-child --propagation private -- /bin/bash -c '
-    set -e; r=$1; shift
-    mount --bind "$r" "$r"; mount -o remount,bind,ro "$r"
-    mount --bind -o ro "'"$work/etc-shoal"'" "$r/etc/shoal"
-    mount --bind "'"$work/cache"'" "$r/var/cache/shoal"
-    mount -t proc proc "$r/proc"; mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
+    set -e; r=$1; ro=$2; binds=$3; shift 3
+    mount --bind "$r" "$r"; mount -o "remount,bind,$ro" "$r"
+    for b in $binds; do
+      IFS=: read -r src dst mode <<<"$b"
+      mount --bind "$src" "$r$dst"; mount -o "remount,bind,$mode" "$r$dst"
+    done
+    mount -t proc proc "$r/proc"
     mount -t tmpfs -o mode=755 tmpfs "$r/dev"
     for d in null zero random urandom; do touch "$r/dev/$d"; mount --bind "/dev/$d" "$r/dev/$d"; done
-    exec setpriv --no-new-privs "'"$(command -v chroot)"'" --userspec="'"$user"'" "$r" "$@"' container "$rootfs" $cmd \
-  >"$work/node.log" 2>&1 </dev/null &
+    exec setpriv '"$nnp"' "'"$(command -v chroot)"'" --userspec="'"$RUN_AS:$RUN_AS"'" "$r" "$@"' \
+  container "$rootfs" "$ro" "${binds[*]}" "${ARGS[@]}" >"$work/node.log" 2>&1 </dev/null &
 nspawn=$!
 pids+=($nspawn)
 node=
@@ -135,6 +160,8 @@ if [ -n "$node" ]; then ok "the node container listens on $node in $(ms "$start"
 # node, each exec'd in turn).
 node_pid=$(pgrep -P "$nspawn" | head -1)
 check "it runs as uid 999, not root ($(ps -o uid=,user= -p "${node_pid:-1}" | xargs))" test "$(ps -o uid= -p "${node_pid:-1}" | tr -d ' ')" = 999
+check "with no capability and no_new_privs ($(grep -E '^(CapEff|NoNewPrivs)' "/proc/${node_pid:-1}/status" | xargs))" bash -c "
+  grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/${node_pid:-1}/status && grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/${node_pid:-1}/status"
 # A real S3 GET, signed with the cluster key, through the node in the container.
 # (curl signs; S3 wants the payload's hash said too.)
 get() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "shoal-cluster:$cluster_secret" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }

@@ -5,8 +5,10 @@
 
 prints shell assignments: ARGS (its command line, `$(VAR)`s left for the
 caller), RUN_AS (runAsUser, container's or pod's, else empty: the image's),
-PRIVILEGED (true/false), and MOUNTS, one "MOUNTPATH PROPAGATION READONLY
-HOSTPATH-OR-KIND" per volume mount. Fails naming what it did not find.
+PRIVILEGED, READ_ONLY_ROOT and NO_NEW_PRIVS (true/false: privileged,
+readOnlyRootFilesystem, allowPrivilegeEscalation: false), and MOUNTS, one
+"MOUNTPATH PROPAGATION READONLY HOSTPATH-OR-KIND" per volume mount. Fails naming
+what it did not find.
 """
 
 import shlex
@@ -39,7 +41,10 @@ def main():
                                        "ro" if m.get("readOnly") else "rw", source))
     print("ARGS=(%s)" % " ".join(shlex.quote(a) for a in (c.get("command") or []) + (c.get("args") or [])))
     print("RUN_AS=%s" % ("" if user is None else user))
-    print("PRIVILEGED=%s" % ("true" if csc.get("privileged") else "false"))
+    flag = lambda b: "true" if b else "false"
+    print("PRIVILEGED=%s" % flag(csc.get("privileged")))
+    print("READ_ONLY_ROOT=%s" % flag(csc.get("readOnlyRootFilesystem")))
+    print("NO_NEW_PRIVS=%s" % flag(csc.get("allowPrivilegeEscalation") is False))
     print("MOUNTS=(%s)" % " ".join(shlex.quote(m) for m in mounts))
 
 
