@@ -71,8 +71,8 @@ fi
 # and tests below), so that it takes the CPU the other phases leave idle
 # (a build's serial stretches, tests waiting on I/O).
 mkdir -p target
-(nice -n 19 env CARGO_TARGET_DIR=target/static cargo build --release --locked --quiet \
-  --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount) >target/static-build.log 2>&1 &
+nice -n 19 env CARGO_TARGET_DIR=target/static cargo build --release --locked \
+  --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount >target/static-build.log 2>&1 &
 static_build=$!
 static_start=$SECONDS
 trap 'kill "$static_build" 2>/dev/null || true' EXIT
@@ -91,14 +91,11 @@ phase "cargo clippy"
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
 phase "cargo test"
 cargo test --release --workspace --locked
+# The static build ends here at the latest: nothing may run beside the next.
+wait "$static_build" || { cat target/static-build.log; exit 1; }
+echo "== static shoal-mount (started at ${static_start}s): $(grep Finished target/static-build.log)"
 # A test that compares one key's latencies with another key hammering beside it,
 # on its own so that no other test's load is in its numbers.
-# The static build ends here at the latest: nothing may run beside the next.
-if wait "$static_build"; then
-  echo "== static shoal-mount built (started at ${static_start}s, done by ${SECONDS}s)"
-else
-  cat target/static-build.log; exit 1
-fi
 phase "per-key limits, alone"
 # (--workspace: the build above serves it; one package alone would build anew.)
 cargo test --release --workspace --locked -- --ignored a_key_over_its_rate
