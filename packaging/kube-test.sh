@@ -73,5 +73,8 @@ sed 's/allowPrivilegeEscalation: false/allowPrivilegeEscalation: true/' "$base" 
 check "kube-check.py fails on a node pod that may escalate in the restricted namespace" bash -c "
   ! python3 packaging/kube-check.py escalate <'$work/escalate.yaml' >'$work/escalate.out'; cat '$work/escalate.out'
   grep -q \"StatefulSet shoal/shoal-node fails Pod Security 'restricted'.*allowPrivilegeEscalation\" '$work/escalate.out'"
+check "kube-check.py refuses what is not a rendering, saying so" bash -c "
+  ! echo 'kind: [' | python3 packaging/kube-check.py bad 2>'$work/bad.out' && grep -q 'bad: the rendering is not YAML' '$work/bad.out' &&
+  ! python3 packaging/kube-check.py empty </dev/null 2>'$work/empty.out' && grep -q 'empty: the rendering holds no object' '$work/empty.out'"
 echo "kube: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
