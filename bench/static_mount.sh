@@ -11,15 +11,15 @@ SIZE_MB=${SIZE_MB:-512}
 LATENCY_MS=${LATENCY_MS:-5}
 BW=${BW:-1000000000}
 musl_target=x86_64-unknown-linux-musl
-static=${STATIC_BIN:-$root/target/static/$musl_target/release/shoal-mount}
+static=${STATIC_BIN:-$root/target/static/$musl_target/static/shoal-mount}
 
 command -v fusermount3 >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; }
 build
-[ -x "$static" ] || (cd "$root" && CARGO_TARGET_DIR=$root/target/static cargo build --release --quiet --locked \
+[ -x "$static" ] || (cd "$root" && CARGO_TARGET_DIR=$root/target/static cargo build --profile static --quiet --locked \
   --target "$musl_target" -p shoal-mount --bin shoal-mount)
 readelf -l "$static" | grep -q 'program interpreter' && { echo "$static is not static" >&2; exit 1; }
-plain=${PLAIN_BIN:-$root/target/musl-malloc/$musl_target/release/shoal-mount}
-[ -x "$plain" ] || (cd "$root" && CARGO_TARGET_DIR=$root/target/musl-malloc cargo build --release --quiet --locked \
+plain=${PLAIN_BIN:-$root/target/musl-malloc/$musl_target/static/shoal-mount}
+[ -x "$plain" ] || (cd "$root" && CARGO_TARGET_DIR=$root/target/musl-malloc cargo build --profile static --quiet --locked \
   --target "$musl_target" -p shoal-mount --bin shoal-mount --no-default-features)
 steady_memory
 

@@ -50,7 +50,7 @@ cargo build --release --locked --quiet --workspace --bins --examples
 # The CSI plugin's shoal-mount for hosts of any libc (the image ships it);
 # scripts/test.sh has built it by now.
 start=$(date +%s)
-CARGO_TARGET_DIR=target/static cargo build --release --locked --quiet --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
+CARGO_TARGET_DIR=target/static cargo build --profile static --locked --quiet --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
 echo "     static shoal-mount built in $(($(date +%s) - start)) s"
 check "packaging/deb.sh builds the package" packaging/deb.sh "$work/shoal.deb"
 # Warnings it still gives are printed: no manual pages, and the example configs

@@ -71,7 +71,7 @@ fi
 # and tests below), so that it takes the CPU the other phases leave idle
 # (a build's serial stretches, tests waiting on I/O).
 mkdir -p target
-nice -n 19 env CARGO_TARGET_DIR=target/static cargo build --release --locked \
+nice -n 19 env CARGO_TARGET_DIR=target/static cargo build --profile static --locked \
   --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount >target/static-build.log 2>&1 &
 static_build=$!
 static_start=$SECONDS

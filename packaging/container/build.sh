@@ -9,7 +9,7 @@
 #   packaging/container/build.sh [--archive] [OUTDIR]       (default target/image)
 #
 # Uses the release build in target/release (shoal-node, shoal-csi, shoal), the
-# static shoal-mount of target/static/x86_64-unknown-linux-musl/release (a
+# static shoal-mount of target/static/x86_64-unknown-linux-musl/static (a
 # target directory of its own; built here if missing: rustup target add
 # x86_64-unknown-linux-musl; Debian's musl-tools),
 # and as the system's root SHOAL_SYSROOT, by default the system tests' Debian
@@ -22,12 +22,12 @@ archive=
 out=$(realpath -m "${1:-target/image}")
 version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
 ref=shoal:$version
-musl=target/static/x86_64-unknown-linux-musl/release/shoal-mount
+musl=target/static/x86_64-unknown-linux-musl/static/shoal-mount
 
 for b in shoal-node shoal-csi shoal; do
   [ -x "target/release/$b" ] || { echo "build.sh: target/release/$b is missing: cargo build --release --workspace --bins" >&2; exit 1; }
 done
-[ -x "$musl" ] || CARGO_TARGET_DIR=target/static cargo build --release --locked --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
+[ -x "$musl" ] || CARGO_TARGET_DIR=target/static cargo build --profile static --locked --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
 if [ -z "${SHOAL_SYSROOT:-}" ]; then
   # shellcheck source=packaging/system/lib.sh
   source packaging/system/lib.sh
