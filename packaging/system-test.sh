@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The package in a booted system, checked as an operator would with systemctl: the
 # node's and the mount's units (packaging/system/units.sh) and the CSI driver as its
-# DaemonSet runs it (packaging/system/csi.sh), each in a Debian system of its own
+# DaemonSet runs it (packaging/system/csi.sh); and the image's CSI plugin container
+# on a system without the package (packaging/system/image.sh, from the image
+# packaging/container/test.sh unpacked), each in a Debian system of its own
 # with systemd as PID 1 (packaging/system/lib.sh). Run as root; called by
 # packaging/test.sh with the package it built: packaging/system-test.sh SHOAL.deb.
 # Prints "system: N passed, N failed".
@@ -18,7 +20,7 @@ system_root || { echo "FAIL building the system's root (debootstrap)"; echo "sys
 echo "ok   root ready in $(($(date +%s) - start)) s ($SYSTEM_ROOT)"
 
 passed=1; failed=0
-for part in units csi; do
+for part in units csi image; do
   out=$(mktemp)
   packaging/system/$part.sh "$deb" 2>&1 | tee "$out"
   p=$(sed -n 's/^[a-z]*: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)

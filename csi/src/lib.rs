@@ -11,13 +11,15 @@
 //! mount's connection. The plugin may restart at any time: at start it finds the
 //! volumes it published and takes back their copies, and it replaces a keeper
 //! that dies on the same connection, so no published mount ever breaks.
-//! [`identity`] answers who the plugin is; [`error`] maps failures to gRPC codes.
+//! [`identity`] answers who the plugin is; [`error`] maps failures to gRPC codes;
+//! [`install`] puts the image's `shoal-mount` on the host.
 
 pub mod api_access;
 pub mod authority;
 pub mod condition;
 pub mod error;
 pub mod identity;
+pub mod install;
 pub mod kube;
 pub mod launch;
 pub mod node;

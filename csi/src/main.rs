@@ -22,11 +22,18 @@ use shoal_csi::{Plugin, PluginConfig};
 #[command(version, about, long_about)]
 struct Args {
     /// Where to serve CSI: unix:///PATH/csi.sock (or a plain path).
-    #[arg(long, env = "CSI_ENDPOINT")]
-    endpoint: String,
+    #[arg(long, env = "CSI_ENDPOINT", required_unless_present = "install_mount")]
+    endpoint: Option<String>,
     /// This node's id, as NodeGetInfo reports it (the Kubernetes node name).
-    #[arg(long, env = "CSI_NODE_ID")]
-    node_id: String,
+    #[arg(long, env = "CSI_NODE_ID", required_unless_present = "install_mount")]
+    node_id: Option<String>,
+    /// Copy the shoal-mount beside this binary to DIR/shoal-mount (by a rename:
+    /// mounts running the old one keep it) and exit: what the DaemonSet's init
+    /// container runs, for the host's systemd. DIR is a host path the host lets
+    /// systemd run binaries from (/opt/csi/shoal; Bottlerocket allows /opt/csi),
+    /// and --mount-bin then names DIR/shoal-mount.
+    #[arg(long, value_name = "DIR")]
+    install_mount: Option<PathBuf>,
     /// This node's zone: reported as topology.kubernetes.io/zone, and the zone
     /// its mounts prefer the nodes of.
     #[arg(long, env = "CSI_ZONE")]
@@ -84,19 +91,27 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let socket = args
-        .endpoint
+    if let Some(dir) = &args.install_mount {
+        let from = shoal_csi::install::image_mount_bin().map_err(|e| e.to_string())?;
+        let dest = shoal_csi::install::install(&from, dir).map_err(|e| e.to_string())?;
+        tracing::info!("installed {} as {}", from.display(), dest.display());
+        return Ok(());
+    }
+    // (Both required without --install-mount.)
+    let (Some(endpoint), Some(node_id)) = (args.endpoint, args.node_id) else {
+        return Err("--endpoint and --node-id are required".into());
+    };
+    let socket = endpoint
         .strip_prefix("unix://")
-        .or_else(|| args.endpoint.strip_prefix("unix:"))
-        .unwrap_or(&args.endpoint);
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .unwrap_or(&endpoint);
     let socket = PathBuf::from(socket);
     if !socket.is_absolute() {
         return Err(format!(
-            "--endpoint {}: not a Unix socket path (unix:///PATH/csi.sock)",
-            args.endpoint
+            "--endpoint {endpoint}: not a Unix socket path (unix:///PATH/csi.sock)"
         ));
     }
-    if args.node_id.trim().is_empty() {
+    if node_id.trim().is_empty() {
         return Err("--node-id is empty".into());
     }
     let mount_bin = args.mount_bin.unwrap_or_else(|| {
@@ -125,9 +140,9 @@ fn run(args: Args) -> Result<(), String> {
         (false, Some(z)) => ZoneSource::Given(z),
         (false, None) => ZoneSource::None,
     };
-    let zone = rt.block_on(zone::resolve(source, &kube, &args.node_id));
+    let zone = rt.block_on(zone::resolve(source, &kube, &node_id));
     let plugin = Plugin::start(PluginConfig {
-        node_id: args.node_id,
+        node_id,
         zone,
         state_dir: args.state_dir,
         mount_bin,

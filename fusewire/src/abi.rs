@@ -66,10 +66,12 @@ pub const NOTIFY_RESEND: i32 = 7;
 pub const UNIQUE_RESEND: u64 = 1 << 63;
 
 /// `ioctl`s on `/dev/fuse`: `_IOR(229, 0, u32)`, `_IOW(229, 1, fuse_backing_map)`,
-/// `_IOW(229, 2, u32)`.
-pub const DEV_IOC_CLONE: libc::c_ulong = 0x8004_E500;
-pub const DEV_IOC_BACKING_OPEN: libc::c_ulong = 0x4010_E501;
-pub const DEV_IOC_BACKING_CLOSE: libc::c_ulong = 0x4004_E502;
+/// `_IOW(229, 2, u32)`. The kernel takes a request as 32 bits; the C library's
+/// `ioctl` as its own type (`libc::Ioctl`: glibc's unsigned long, musl's int),
+/// which the callers cast to.
+pub const DEV_IOC_CLONE: u32 = 0x8004_E500;
+pub const DEV_IOC_BACKING_OPEN: u32 = 0x4010_E501;
+pub const DEV_IOC_BACKING_CLOSE: u32 = 0x4004_E502;
 
 /// Reads fixed-size fields off a request's argument bytes.
 pub struct Args<'a> {

@@ -55,7 +55,8 @@ impl Channel {
             .open("/dev/fuse")?;
         let mut src: u32 = self.raw() as u32;
         // SAFETY: FUSE_DEV_IOC_CLONE takes a pointer to the source descriptor.
-        if unsafe { libc::ioctl(dev.as_raw_fd(), abi::DEV_IOC_CLONE, &mut src) } < 0 {
+        if unsafe { libc::ioctl(dev.as_raw_fd(), abi::DEV_IOC_CLONE as libc::Ioctl, &mut src) } < 0
+        {
             return Err(last_error());
         }
         Channel::new(dev.into())
@@ -171,7 +172,7 @@ impl Channel {
             padding: 0,
         };
         // SAFETY: FUSE_DEV_IOC_BACKING_OPEN takes a pointer to a fuse_backing_map.
-        let id = unsafe { libc::ioctl(self.raw(), abi::DEV_IOC_BACKING_OPEN, &map) };
+        let id = unsafe { libc::ioctl(self.raw(), abi::DEV_IOC_BACKING_OPEN as libc::Ioctl, &map) };
         if id < 0 {
             return Err(last_error());
         }
@@ -181,7 +182,7 @@ impl Channel {
     /// Drops backing file `id` (once no open file uses it).
     pub fn close_backing(&self, id: u32) {
         // SAFETY: FUSE_DEV_IOC_BACKING_CLOSE takes a pointer to the id.
-        unsafe { libc::ioctl(self.raw(), abi::DEV_IOC_BACKING_CLOSE, &id) };
+        unsafe { libc::ioctl(self.raw(), abi::DEV_IOC_BACKING_CLOSE as libc::Ioctl, &id) };
     }
 }
 

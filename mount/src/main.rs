@@ -11,6 +11,12 @@ use shoal::config::units::{Dur, Size};
 use shoal::config::{Config, Overrides, ProcessEnv};
 use shoal_mount::MountSpec;
 
+// The static build's allocator (see mount/Cargo.toml); glibc's stays elsewhere,
+// with its arenas capped by shoal::heap.
+#[cfg(all(target_env = "musl", feature = "mimalloc"))]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Mount BUCKET[/PREFIX] read-only at MOUNTPOINT; reads go through the shoal cache
 /// cluster named in the config ([cluster]), or straight to S3 without one.
 ///

@@ -39,43 +39,56 @@ fn every_example_config_loads() {
     let gw = shoal::config::Config::load(&root.join("gateway.toml")).unwrap();
     assert_eq!(gw.cluster().unwrap().block_size, 4 << 20);
 
-    // The configs shipped inside the Kubernetes ConfigMap load too, in a node
-    // pod (statefulset.yaml gives it POD_IP).
+    // The configs shipped inside the Kubernetes ConfigMaps load too, in a node
+    // pod (statefulset.yaml gives it POD_IP): the nodes' and the reader's, the
+    // CSI driver's, the local-PV overlay's node.toml.
     std::env::set_var("POD_IP", "10.0.3.7");
-    let cm = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes/configmap.yaml"),
-    )
-    .unwrap();
     let mut found = 0;
-    for (name, body) in embedded_files(&cm) {
-        let cfg = shoal::config::Config::parse(&body, &name, &shoal::config::ProcessEnv)
-            .unwrap_or_else(|e| panic!("configmap {e}"));
-        assert_eq!(
-            cfg.origin().unwrap().credentials,
-            shoal::config::CredentialMode::Chain { profile: None },
-            "{name}: origin credentials come from the pod's role, not keys"
-        );
-        if name == "node.toml" {
-            assert!(cfg.node().is_ok() && cfg.auth().is_ok());
-            assert!(cfg.cluster().is_some(), "node pods pass purges on");
-            assert_eq!(cfg.node().unwrap().id.as_deref(), Some("10.0.3.7:9100"));
+    for cm in [
+        "base/configmap.yaml",
+        "csi/configmap.yaml",
+        "overlays/local-pv/configmap.yaml",
+    ] {
+        let cm = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("packaging/kubernetes")
+                .join(cm),
+        )
+        .unwrap_or_else(|e| panic!("{cm}: {e}"));
+        for (name, body) in embedded_files(&cm) {
+            let cfg = shoal::config::Config::parse(&body, &name, &shoal::config::ProcessEnv)
+                .unwrap_or_else(|e| panic!("configmap {e}"));
+            assert_eq!(
+                cfg.origin().unwrap().credentials,
+                shoal::config::CredentialMode::Chain { profile: None },
+                "{name}: origin credentials come from the pod's role, not keys"
+            );
+            if name == "node.toml" {
+                assert!(cfg.node().is_ok() && cfg.auth().is_ok());
+                assert!(cfg.cluster().is_some(), "node pods pass purges on");
+                assert_eq!(cfg.node().unwrap().id.as_deref(), Some("10.0.3.7:9100"));
+            }
+            let Some(shoal::config::Membership::Kubernetes(svc)) =
+                cfg.cluster().map(|c| &c.membership)
+            else {
+                panic!("{name}: the nodes are not the Service's endpoints");
+            };
+            assert_eq!(
+                (
+                    svc.namespace.as_str(),
+                    svc.service.as_str(),
+                    svc.port.as_deref()
+                ),
+                ("shoal", "shoal-node", Some("s3")),
+                "{name}: not the Service of service.yaml"
+            );
+            found += 1;
         }
-        let Some(shoal::config::Membership::Kubernetes(svc)) = cfg.cluster().map(|c| &c.membership)
-        else {
-            panic!("{name}: the nodes are not the Service's endpoints");
-        };
-        assert_eq!(
-            (
-                svc.namespace.as_str(),
-                svc.service.as_str(),
-                svc.port.as_deref()
-            ),
-            ("shoal", "shoal-node", Some("s3")),
-            "{name}: not the Service of service.yaml"
-        );
-        found += 1;
     }
-    assert_eq!(found, 2, "node.toml and mount.toml in the ConfigMap");
+    assert_eq!(
+        found, 4,
+        "node.toml and mount.toml in base/, mount.toml in csi/, node.toml in overlays/local-pv/"
+    );
 }
 
 /// `  NAME: |` blocks of a ConfigMap's data, dedented.
