@@ -114,6 +114,20 @@ impl NodeProcess {
         let log = self.log.lock().unwrap();
         log.iter().filter(|l| l.contains(needle)).cloned().collect()
     }
+
+    /// Lines of its log that contain `needle`, once there are at least `n` of
+    /// them (or after 10 s, whatever there are): its stderr is read by a thread
+    /// of its own, so a line the node has written may not be here yet.
+    pub fn wait_log_lines(&self, needle: &str, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = self.log_lines(needle);
+            if lines.len() >= n || Instant::now() > deadline {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for NodeProcess {

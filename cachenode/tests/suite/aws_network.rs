@@ -114,7 +114,7 @@ async fn an_aws_style_endpoint_follows_the_buckets_region() {
         &[("AWS_ENDPOINT_URL_S3", o.endpoint())],
     );
     assert_eq!(cold_read(&n, "follow").await.unwrap(), body);
-    let lines = n.log_lines("following it");
+    let lines = n.wait_log_lines("following it", 1);
     assert!(
         lines.iter().any(|l| l.contains("ap-southeast-2")),
         "the node said it followed the bucket: {lines:?}"

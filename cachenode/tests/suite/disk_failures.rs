@@ -146,7 +146,7 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
         ],
         &cfg,
     );
-    let start_warning = node.log_lines("larger than the filesystem");
+    let start_warning = node.wait_log_lines("larger than the filesystem", 1);
     assert_eq!(
         start_warning.len(),
         1,
@@ -213,8 +213,8 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     println!("read-only then unreadable: {writes} writes and {reads} reads failed in all");
 
     // One line each for the whole run (well within a minute), and still serving.
-    let w = node.log_lines("disk tier cannot write");
-    let r = node.log_lines("disk tier cannot read");
+    let w = node.wait_log_lines("disk tier cannot write", 1);
+    let r = node.wait_log_lines("disk tier cannot read", 1);
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!(r.len(), 1, "{r:?}");
     assert!(

@@ -184,7 +184,7 @@ async fn reload_and_upgrade_under_readers_refuse_nothing_and_fetch_no_block_twic
     .await;
     let status = old.child.try_wait().unwrap().unwrap();
     assert!(status.success(), "old node after SIGHUP: {status}");
-    let line = old.log_lines("handed over to pid");
+    let line = old.wait_log_lines("handed over to pid", 1);
     assert_eq!(line.len(), 1, "{line:?}");
     let reloaded: u32 = line[0]
         .split("handed over to pid ")

@@ -270,7 +270,7 @@ async fn connections_past_the_cap_are_refused_and_logged_once() {
         refused, 20,
         "every connection past the cap is closed at once"
     );
-    let lines = node.log_lines("refusing a connection");
+    let lines = node.wait_log_lines("refusing a connection", 1);
     assert_eq!(lines.len(), 1, "one log line a minute: {lines:?}");
     assert!(lines[0].contains("node.max_connections"), "{}", lines[0]);
 

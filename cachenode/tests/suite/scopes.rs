@@ -515,7 +515,7 @@ async fn keys_that_lost_write_and_purge_are_named_at_start() {
         &scoped_toml(&o, "", "[gateway]\nwrites = true\n"),
     );
     // Every key of the test section but the eight with an allow list.
-    let lines = node.log_lines("has no allow list");
+    let lines = node.wait_log_lines("has no allow list", 2);
     assert_eq!(lines.len(), 2, "{lines:?}");
     for id in ["plain", CLUSTER_KEY] {
         let l = lines
