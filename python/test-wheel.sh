@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-wheels=target/wheels
+wheels=target/py-dist
 venv=target/py-venv
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
