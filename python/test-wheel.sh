@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package as a user installs it: a wheel made by a standard PEP 517
 # build (pip wheel ./python), its platform tag checked with auditwheel (no
-# newer than manylinux_2_28), installed into a fresh venv whose PATH has no
-# cargo, and python/tests run against that install. The tests start the
+# newer than manylinux_2_28), the source package checked to stand on its own,
+# the wheel installed into a fresh venv whose PATH has no cargo, and
+# python/tests run against that install. The tests start the
 # workspace's release binaries (shoal-node, the test origin): build them first
 # (cargo build --release --workspace --bins --examples).
 # Usage: python/test-wheel.sh [pytest arguments]
