@@ -43,9 +43,8 @@ python3 -c 'import grpc' 2>/dev/null || { echo "== installing grpcio"; python3 -
 python3 -c 'import duckdb, pyarrow' 2>/dev/null || { echo "== installing duckdb and pyarrow"; python3 -m pip install --quiet duckdb pyarrow; }
 # pytest and what ceph/s3-tests imports: its write-side tests, at moto and through a gateway.
 python3 -c 'import pytest, munch, isodate, lxml, pytz' 2>/dev/null || { echo "== installing pytest and s3-tests' packages"; python3 -m pip install --quiet pytest munch isodate lxml pytz; }
-# The Python package (python/): maturin builds it; fsspec is what it plugs into;
-# pandas and polars are among the readers its tests run through it.
-python3 -c 'import maturin, fsspec, pandas, polars' 2>/dev/null || { echo "== installing maturin, fsspec, pandas and polars"; python3 -m pip install --quiet maturin fsspec pandas polars; }
+# (The Python package's build and test requirements go into environments of
+# their own: python/test-wheel.sh.)
 # mkdocs builds the book (docs/); 1.6 is the first that checks anchors.
 python3 -c 'import sys, mkdocs; sys.exit(tuple(map(int, mkdocs.__version__.split(".")[:2])) < (1, 6))' 2>/dev/null || { echo "== installing mkdocs"; python3 -m pip install --quiet 'mkdocs>=1.6,<2'; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
@@ -109,15 +108,15 @@ echo "== static shoal-mount (started at ${static_start}s): $(grep Finished targe
 phase "per-key limits, alone"
 # (--workspace: the build above serves it; one package alone would build anew.)
 cargo test --release --workspace --locked -- --ignored a_key_over_its_rate
-# The Python package, built from the release build above (its crate is a
-# workspace member) and installed as a user would, then its tests: shoal://
-# and the datasets over the test origin and real nodes.
-phase "Python package: pip install ./python, then its tests"
+# The Python package as a user gets it: a wheel (pip wheel ./python, reusing
+# the release build above: its crate is a workspace member), installed into a
+# fresh venv with no cargo on PATH, then its tests against that install:
+# shoal:// and the datasets over the test origin and real nodes.
+phase "Python package: its wheel, installed into a fresh venv without cargo, then its tests"
 # The binaries its tests start (the test origin among them), built as
 # packaging/test.sh builds them below: that build is then already done.
 cargo build --release --locked --quiet --workspace --bins --examples
-python3 -m pip install --quiet --no-build-isolation ./python
-python3 -m pytest -q python/tests
+python/test-wheel.sh
 # mountpoint-s3 cannot be installed from a registry: its leg of the client
 # matrix runs where a build of it is at hand, and says so where none is.
 mount_s3=${SHOAL_MOUNT_S3:-../shared/peers/mount-s3}

@@ -9,18 +9,17 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use shoal::cluster::{Handle, ReadError};
-use shoal::config::Config;
 use shoal::store::{ListRequest, ObjectMeta};
 
 use crate::errors;
 use crate::live::{Live, PerProcess};
+use crate::pybytes::to_bytes;
 use crate::reader::Reader;
-use crate::stream::Stream;
+use crate::stream::{to_file, Failed, Stream};
 
 #[pyclass(module = "shoal._shoal", frozen)]
 pub struct Client {
-    config: Config,
-    live: PerProcess,
+    live: Arc<PerProcess>,
 }
 
 /// One entry of a listing: key, size, ETag, last modified (seconds since the epoch).
@@ -28,7 +27,7 @@ type Entry = (String, u64, String, Option<f64>);
 
 impl Client {
     pub fn live(&self) -> PyResult<Arc<Live>> {
-        self.live.get(&self.config)
+        self.live.get()
     }
 }
 
@@ -39,8 +38,7 @@ impl Client {
     fn new(config: &Bound<'_, PyAny>) -> PyResult<Client> {
         let config = crate::config::load(config)?;
         let client = Client {
-            config,
-            live: PerProcess::default(),
+            live: Arc::new(PerProcess::new(config)),
         };
         // A config that names no origin fails here, not at the first read.
         client.live()?;
@@ -122,7 +120,7 @@ impl Client {
                 .run(slf.py(), live.open_stat(bucket, key))
                 .map_err(|e| live.read_error(&e, bucket, key))?,
         };
-        Ok(Reader::new(slf.clone().unbind(), handle))
+        Ok(Reader::new(me.live.clone(), handle))
     }
 
     /// Bytes `start..end` of `bucket/key` (negative: from the end; `None`: its
@@ -190,7 +188,7 @@ impl Client {
                 .open_learning(bucket, key)
                 .await
                 .map_err(Failed::Read)?;
-            crate::stream::to_file(&h, &path).await
+            to_file(&h, &path).await
         });
         got.map_err(|e| match e {
             Failed::Read(e) => live.read_error(&e, bucket, key),
@@ -226,12 +224,6 @@ impl Client {
             .map_err(|e| errors::bad_input(e.to_string()))?;
         Ok(text)
     }
-}
-
-/// What a copy to a local file failed with.
-pub enum Failed {
-    Read(ReadError),
-    Local(std::io::Error),
 }
 
 /// A range of an object to read, of a version known or not.
@@ -341,20 +333,6 @@ pub fn span(size: u64, start: Option<i64>, end: Option<i64>) -> (u64, u64) {
     let lo = start.map_or(0, at);
     let hi = end.map_or(size, at);
     (lo, hi.max(lo))
-}
-
-/// Buffers as one Python bytes object: the one copy, into Python's memory.
-pub fn to_bytes<'py>(py: Python<'py>, parts: &[Bytes]) -> Bound<'py, PyBytes> {
-    let len = parts.iter().map(Bytes::len).sum();
-    PyBytes::new_with(py, len, |buf| {
-        let mut at = 0;
-        for p in parts {
-            buf[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
-        }
-        Ok(())
-    })
-    .expect("a bytes object of a known size")
 }
 
 fn seconds(t: std::time::SystemTime) -> f64 {

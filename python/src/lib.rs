@@ -12,6 +12,7 @@ mod client;
 mod config;
 mod errors;
 mod live;
+mod pybytes;
 mod reader;
 mod stream;
 

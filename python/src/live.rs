@@ -154,20 +154,29 @@ impl Live {
     }
 }
 
-/// One process's [`Live`], rebuilt after a fork.
-#[derive(Default)]
-pub struct PerProcess(Mutex<Option<Arc<Live>>>);
+/// One process's [`Live`] for a config, rebuilt after a fork.
+pub struct PerProcess {
+    config: Config,
+    slot: Mutex<Option<Arc<Live>>>,
+}
 
 impl PerProcess {
-    pub fn get(&self, config: &Config) -> PyResult<Arc<Live>> {
+    pub fn new(config: Config) -> PerProcess {
+        PerProcess {
+            config,
+            slot: Mutex::new(None),
+        }
+    }
+
+    pub fn get(&self) -> PyResult<Arc<Live>> {
         if let Some(live) = self.current() {
             return Ok(live);
         }
         // Built with the GIL released (a region may be asked of the instance
         // metadata, a DNS membership resolved) and this slot's lock not held:
         // a thread waiting on it would hold the GIL this one must take back.
-        let built = Python::with_gil(|py| py.allow_threads(|| Live::start(config)))?;
-        let mut slot = self.0.lock().unwrap();
+        let built = Python::with_gil(|py| py.allow_threads(|| Live::start(&self.config)))?;
+        let mut slot = self.slot.lock().unwrap();
         match slot.as_ref() {
             // Another thread of this process was first: its reader serves.
             Some(l) if l.pid == std::process::id() => Ok(l.clone()),
@@ -181,7 +190,7 @@ impl PerProcess {
 
     /// This process's, if built.
     fn current(&self) -> Option<Arc<Live>> {
-        let mut slot = self.0.lock().unwrap();
+        let mut slot = self.slot.lock().unwrap();
         match slot.as_ref() {
             Some(l) if l.pid == std::process::id() => Some(l.clone()),
             // Built before a fork: its runtime's threads are not in this
@@ -197,7 +206,7 @@ impl PerProcess {
 
 impl Drop for PerProcess {
     fn drop(&mut self) {
-        let slot = self.0.get_mut().unwrap_or_else(|p| p.into_inner());
+        let slot = self.slot.get_mut().unwrap_or_else(|p| p.into_inner());
         if slot.as_ref().is_some_and(|l| l.pid != std::process::id()) {
             std::mem::forget(slot.take());
         }

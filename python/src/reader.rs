@@ -14,22 +14,23 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shoal::cluster::{Handle, Readahead};
 
-use crate::client::{to_bytes, Client};
 use crate::errors;
-use crate::live::Live;
+use crate::live::{Live, PerProcess};
+use crate::pybytes::to_bytes;
 
 #[pyclass(module = "shoal._shoal", frozen)]
 pub struct Reader {
-    client: Py<Client>,
+    /// The client's reader of each process (shared with the client).
+    live: Arc<PerProcess>,
     /// The handle, and the process it was opened in.
     handle: Mutex<(u32, Handle)>,
     ra: Mutex<Readahead>,
 }
 
 impl Reader {
-    pub fn new(client: Py<Client>, handle: Handle) -> Reader {
+    pub fn new(live: Arc<PerProcess>, handle: Handle) -> Reader {
         Reader {
-            client,
+            live,
             handle: Mutex::new((std::process::id(), handle)),
             // Its reads pass through a read-ahead buffer, as a mount's
             // through the page cache.
@@ -40,7 +41,7 @@ impl Reader {
     /// This process's reader and a handle on it, at the version opened: a
     /// handle from before a fork is opened again on the child's own reader.
     fn current(&self) -> PyResult<(Arc<Live>, Handle)> {
-        let live = self.client.get().live()?;
+        let live = self.live.get()?;
         let mut h = self.handle.lock().unwrap();
         if h.0 != live.pid {
             let old = &h.1;

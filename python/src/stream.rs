@@ -14,8 +14,8 @@ use pyo3::types::PyBytes;
 use shoal::cluster::{Handle, ReadError};
 use tokio::sync::mpsc;
 
-use crate::client::{to_bytes, Failed};
 use crate::live::Live;
+use crate::pybytes::to_bytes;
 
 #[pyclass(module = "shoal._shoal", frozen)]
 pub struct Stream {
@@ -97,6 +97,12 @@ impl Stream {
             )),
         }
     }
+}
+
+/// What a copy to a local file failed with.
+pub enum Failed {
+    Read(ReadError),
+    Local(std::io::Error),
 }
 
 /// Writes the whole version `h` is open at to `path`.
