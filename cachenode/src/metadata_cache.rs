@@ -300,6 +300,13 @@ impl MetadataCache {
         self.inner.lock().unwrap().insert(id, e, self.capacity);
     }
 
+    /// Drops the missing mark of `bucket/key`: it was just found (an ask that
+    /// took no mark as old as this one's reached the origin).
+    pub fn note_found(&self, bucket: &str, key: &str) {
+        let id = Self::missing_id(bucket, key);
+        self.inner.lock().unwrap().remove(&id);
+    }
+
     /// Drops what `bucket/key` changing makes wrong: the listings that show it,
     /// and its missing mark.
     pub fn forget_key(&self, bucket: &str, key: &str) {

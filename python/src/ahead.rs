@@ -43,9 +43,12 @@ pub fn versions<'py>(
     let py = client.py();
     let max_age = crate::live::max_age(max_age)?;
     let live = client.get().live()?;
-    let got = live.run(py, async {
-        futures_util::stream::iter(objects.iter())
-            .map(|(b, k)| live.stat_within(b, k, max_age))
+    let asks = objects.iter().map(|(b, k)| {
+        let (live, b, k) = (live.clone(), b.clone(), k.clone());
+        async move { live.stat_within(&b, &k, max_age).await }
+    });
+    let got = live.run(py, async move {
+        futures_util::stream::iter(asks)
             .buffered(HEADS_AT_ONCE)
             .collect::<Vec<_>>()
             .await
@@ -126,41 +129,43 @@ pub fn ahead(
     let task_live = live.clone();
     let (held_in, peak_in) = (held.clone(), peak.clone());
     live.spawn(async move {
-        let live = &task_live;
         // Room is taken in order, so the object the consumer waits for next
         // always has its room: nothing after it can take all of it first.
         let opened = futures_util::stream::iter(objects.into_iter().enumerate()).then(
-            |(i, (b, k, size, etag))| {
-                let room = room.clone();
+            move |(i, (b, k, size, etag))| {
+                let (room, live) = (room.clone(), task_live.clone());
                 async move {
                     let opened = match (size, etag) {
-                        (Some(size), Some(etag)) => Ok(known(live, &b, &k, size, etag)),
+                        (Some(size), Some(etag)) => Ok(known(&live, &b, &k, size, etag)),
                         _ => live.open_learning(&b, &k).await,
                     };
                     let need = opened.as_ref().map_or(1, |h| h.meta().size.div_ceil(UNIT));
                     let need = need.clamp(1, units as u64) as u32;
                     let permit = room.acquire_many_owned(need).await.expect("never closed");
-                    (i, b, k, opened, permit)
+                    (i, (b, k), opened, permit, live)
                 }
             },
         );
-        let (held, peak) = (&held_in, &peak_in);
-        let mut read = opened
-            .map(|(i, b, k, opened, permit)| async move {
-                let got = match opened {
-                    Ok(h) => whole(live, &h).await,
-                    Err(e) => Err(e),
-                };
-                match &got {
-                    Ok(bytes) => {
-                        let n = bytes.len() as u64;
-                        peak.fetch_max(held.fetch_add(n, Relaxed) + n, Relaxed);
+        let read = opened
+            .map(move |(i, (b, k), opened, permit, live)| {
+                let (held, peak) = (held_in.clone(), peak_in.clone());
+                async move {
+                    let got = match opened {
+                        Ok(h) => whole(&live, &h).await,
+                        Err(e) => Err(e),
+                    };
+                    match &got {
+                        Ok(bytes) => {
+                            let n = bytes.len() as u64;
+                            peak.fetch_max(held.fetch_add(n, Relaxed) + n, Relaxed);
+                        }
+                        Err(e) => live.failed(e, &b, &k),
                     }
-                    Err(e) => live.failed(e, &b, &k),
+                    (i, got, permit)
                 }
-                (i, got, permit)
             })
             .buffered(count);
+        let mut read = Box::pin(read);
         while let Some((i, got, permit)) = read.next().await {
             if tx.send((i, got, permit)).await.is_err() {
                 return; // The consumer went away.

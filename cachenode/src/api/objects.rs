@@ -436,6 +436,9 @@ pub async fn head(
         }
         r => r?,
     };
+    if via.accept.is_some() {
+        node.metadata.note_found(&i.bucket, &i.key);
+    }
     let mut resp = S3Response::new(HeadObjectOutput {
         content_length: Some((r.end - r.start) as i64),
         content_range: r.content_range,
