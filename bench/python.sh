@@ -170,7 +170,7 @@ train() { # READER SHAPE: the line training.py prints
   keys=$(cd "$work/seed/$2" && ls | python3 -c "import json,sys; print(json.dumps(['$2/' + l.strip() for l in sys.stdin]))")
   a=$(printf '{"config":"%s","origin":"%s","origin_key":"%s","origin_secret":"%s","prefix":"bench/%s","keys":%s,"workers":%s,"batch":%s}' \
     "$work/cluster.toml" "$origin" "$ORIGIN_KEY" "$SHOAL_ORIGIN_SECRET_KEY" "$2" "$keys" "$WORKERS" 64)
-  PYTHONPATH="$(python3 -c 'import torch' 2>/dev/null || echo "$stub")" pin python3 "$root/bench/training.py" "$1" "$2" "$a"
+  PYTHONPATH="$(python3 -c 'import torch' 2>/dev/null || echo "$stub")" pin python3 "$root/bench/training.py" "$1" "$2" <<<"$a"
 }
 trow() { printf '%-36s %10s %14s %10s %16s %s\n' "$@"; }
 echo

@@ -7,7 +7,7 @@ this process and its workers, origin requests, and for shards the workers'
 RSS before their first read and at its peak (MiB) and how far into its first
 shard each worker's first sample came (bytes).
 
-    training.py READER SHAPE ARGS_JSON
+    training.py READER SHAPE <ARGS_JSON
 
 READER: shoal-keys, shoal-prefix, s3fs, boto3, or shoal-single (one process,
 one batch read with __getitems__ against the same batch read one by one).
@@ -120,7 +120,7 @@ def shard_samples(key, f, raw=None):
 
 
 def main():
-    reader, shape, a = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    reader, shape, a = sys.argv[1], sys.argv[2], json.load(sys.stdin)
     if reader == "shoal-single":
         return single(a)
     t0, c0, o0 = time.monotonic(), cpu_seconds(), origin_requests(a["origin"])

@@ -43,10 +43,15 @@ pub fn versions<'py>(
     let py = client.py();
     let max_age = crate::live::max_age(max_age)?;
     let live = client.get().live()?;
-    let asks = objects.iter().map(|(b, k)| {
-        let (live, b, k) = (live.clone(), b.clone(), k.clone());
-        async move { live.stat_within(&b, &k, max_age).await }
-    });
+    // Collected: a stream over a closure that borrows is not Send for every
+    // lifetime it could be called with.
+    let asks: Vec<_> = objects
+        .iter()
+        .map(|(b, k)| {
+            let (live, b, k) = (live.clone(), b.clone(), k.clone());
+            async move { live.stat_within(&b, &k, max_age).await }
+        })
+        .collect();
     let got = live.run(py, async move {
         futures_util::stream::iter(asks)
             .buffered(HEADS_AT_ONCE)
@@ -124,7 +129,10 @@ pub fn ahead(
     let units = max_bytes.div_ceil(UNIT).min(u32::MAX as u64) as u32;
     let room = Arc::new(Semaphore::new(units as usize));
     let (tx, rx) = mpsc::channel(count);
-    let names = objects.iter().map(|(b, k, ..)| format!("{b}/{k}")).collect();
+    let names = objects
+        .iter()
+        .map(|(b, k, ..)| format!("{b}/{k}"))
+        .collect();
     let (held, peak) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let task_live = live.clone();
     let (held_in, peak_in) = (held.clone(), peak.clone());
@@ -215,7 +223,10 @@ impl Ahead {
         let out = to_bytes(py, &[got.clone()]);
         self.held.fetch_sub(got.len() as u64, Relaxed);
         drop(permit);
-        Ok(Some(PyTuple::new(py, [i.into_pyobject(py)?.into_any(), out.into_any()])?))
+        Ok(Some(PyTuple::new(
+            py,
+            [i.into_pyobject(py)?.into_any(), out.into_any()],
+        )?))
     }
 
     /// The most bytes read and not yet handed over at any time so far.

@@ -82,12 +82,11 @@ impl Live {
             )
         };
         rt.block_on(reader.membership_ready());
-        let cluster_metadata = (cfg.mount.metadata == MetadataSource::Cluster
-            && cfg.cluster().is_some())
-        .then(|| {
-            let _in_rt = rt.enter();
-            Arc::new(ClusterMetadata::new(reader.clone(), cfg.mount.metadata_ttl))
-        });
+        let cluster_metadata =
+            (cfg.mount.metadata == MetadataSource::Cluster && cfg.cluster().is_some()).then(|| {
+                let _in_rt = rt.enter();
+                Arc::new(ClusterMetadata::new(reader.clone(), cfg.mount.metadata_ttl))
+            });
         let metadata = match &cluster_metadata {
             Some(m) => m.clone() as Arc<dyn ObjectStore>,
             None => reader.origin().clone(),

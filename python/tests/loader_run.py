@@ -1,6 +1,6 @@
 """One training-shaped run, as a subprocess of the tests: a dataset made once,
 read for ``epochs`` epochs by the stand-in's DataLoader (``torchstub``) with
-workers started by ``start``. Prints JSON: per epoch, every sample as (key, digest, worker id, worker pid, the
+workers started by ``start``, as its arguments (JSON on stdin) say. Prints JSON: per epoch, every sample as (key, digest, worker id, worker pid, the
 pid the worker's client reads with), and the origin's request count before
 and after it. Transforms live here, at module level, so that spawn and
 forkserver workers can unpickle them."""
@@ -35,7 +35,7 @@ def origin_requests(origin):
 
 
 def main():
-    a = json.loads(sys.argv[1])
+    a = json.load(sys.stdin)
     import torch.utils.data as tud
 
     if a.get("init"):

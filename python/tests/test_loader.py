@@ -41,7 +41,8 @@ def run(cluster, env=None, **args):
     a = {"config": cluster.config_path, "origin": cluster.origin, "batch": BATCH, "workers": WORKERS, **args}
     path = os.pathsep.join([os.path.join(HERE, "torchstub"), HERE, os.environ.get("PYTHONPATH", "")])
     out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "loader_run.py"), json.dumps(a)],
+        [sys.executable, os.path.join(HERE, "loader_run.py")],
+        input=json.dumps(a),
         env={**os.environ, "PYTHONPATH": path, **(env or {})},
         capture_output=True,
         text=True,

@@ -130,7 +130,6 @@ impl ClusterMetadata {
         .await
     }
 
-
     /// [`ObjectStore::list_page`], answered no older than `max_age` if given.
     pub async fn list_page_within(
         &self,
@@ -157,7 +156,6 @@ impl ClusterMetadata {
         )
         .await
     }
-
 }
 
 #[async_trait::async_trait]

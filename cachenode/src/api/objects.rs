@@ -418,7 +418,10 @@ pub async fn head(
     let node = &api.node;
     // A key the origin said is missing, to an asker that accepts it.
     if let Some(accept) = via.accept {
-        if node.metadata.missing(&i.bucket, &i.key, via.bounded(accept)) {
+        if node
+            .metadata
+            .missing(&i.bucket, &i.key, via.bounded(accept))
+        {
             node.metrics.metadata_request("head", "hit");
             return Err(s3_error!(NoSuchKey, "The specified key does not exist."));
         }

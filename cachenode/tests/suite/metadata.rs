@@ -405,13 +405,19 @@ async fn a_max_age_ask_is_answered_by_the_origin_now_and_replaces_what_is_kept()
     // Within the TTL (and revalidate_after), what is kept answers...
     assert_eq!(list(false).await, (vec!["d/a".into(), "d/k".into()], true));
     assert_eq!(head("d/k", None).await.unwrap().size, 3);
-    assert!(head("d/new", None).await.is_err(), "the missing mark stands");
+    assert!(
+        head("d/new", None).await.is_err(),
+        "the missing mark stands"
+    );
     assert_eq!(head("d/k", Some(3600)).await.unwrap().size, 3);
     // ...but not an ask that takes nothing older than now.
     let before = o.stats.snapshot();
     assert_eq!(
         list(true).await,
-        (vec!["d/a".into(), "d/b".into(), "d/k".into(), "d/new".into()], false)
+        (
+            vec!["d/a".into(), "d/b".into(), "d/k".into(), "d/new".into()],
+            false
+        )
     );
     assert_eq!(head("d/k", Some(0)).await.unwrap().size, 7);
     assert_eq!(head("d/new", Some(0)).await.unwrap().size, 5);
@@ -422,7 +428,10 @@ async fn a_max_age_ask_is_answered_by_the_origin_now_and_replaces_what_is_kept()
     // without asking the origin.
     assert_eq!(
         list(false).await,
-        (vec!["d/a".into(), "d/b".into(), "d/k".into(), "d/new".into()], true)
+        (
+            vec!["d/a".into(), "d/b".into(), "d/k".into(), "d/new".into()],
+            true
+        )
     );
     assert_eq!(head("d/k", None).await.unwrap().size, 7);
     assert_eq!(head("d/new", None).await.unwrap().size, 5);
