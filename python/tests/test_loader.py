@@ -56,7 +56,7 @@ def check_epoch(epoch, want, workers=WORKERS):
     """Every object once, right; each worker its own process and runtime."""
     samples = epoch["samples"]
     keys = Counter(s[0] for s in samples)
-    assert keys == Counter(want), "an object read twice or not at all"
+    assert keys == Counter(list(want)), "an object read twice or not at all"
     assert {s[0]: s[1] for s in samples} == want
     by_worker = {}
     for key, _, pid, wid, runtime in samples:
