@@ -48,6 +48,9 @@ for k in py mnt gw; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$k.bin"; 
 size=$((SIZE_MB * 1024 * 1024))
 NODE_RAM=${NODE_RAM:-$((SIZE_MB * 2))MiB} start_slow_cluster "256MiB"
 cluster_section=$(sed -n '/^\[cluster\]/,/^\[cache\]/p' "$work/cluster.toml" | sed '$d')
+# shoal:// reads with a Python process's own default RAM tier (the config
+# names none), the mount with its 256 MiB.
+sed '/^\[cache\]/,$d' "$work/cluster.toml" >"$work/py.toml"
 start_node gw "$cluster_section"; gw=$node
 
 # read.py MODE TARGET KEY: reads the object in CHUNK_MB reads; prints MB/s and
@@ -81,7 +84,7 @@ t, c = time.monotonic() - t0, cpu() - c0
 print(f"{n / t / 1e6:.1f} {c * 1000:.0f} {n}")
 PY
 
-py_read() { pin python3 "$work/read.py" shoal "$work/cluster.toml" "$1" "$CHUNK_MB"; }
+py_read() { pin python3 "$work/read.py" shoal "$work/py.toml" "$1" "$CHUNK_MB"; }
 gw_read() {
   local before after out
   before=$(cpu_ticks "${node_pids[-1]}")
