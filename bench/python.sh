@@ -43,6 +43,8 @@ python3 -c 'import boto3' 2>/dev/null || python3 -m pip install --quiet boto3
 python3 -c 'import s3fs' 2>/dev/null || python3 -m pip install --quiet s3fs
 python3 -c 'import shoal.fs' 2>/dev/null || python3 -m pip install --quiet --no-build-isolation "$root/python"
 if [ "${TORCH:-0}" = 1 ]; then python3 -c 'import torch' 2>/dev/null || python3 -m pip install --quiet torch; fi
+# BIG=0 skips the big object's table (the training reads only).
+if [ "${BIG:-1}" = 1 ]; then
 mkdir -p "$work/seed" "$work/mnt"
 for k in py mnt gw; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$k.bin"; done
 size=$((SIZE_MB * 1024 * 1024))
@@ -119,6 +121,7 @@ for pass in cold warm; do
   drop_cache; read -r r c n t <<<"$(gw_read gw.bin)"
   row "boto3 through a gateway ($pass)" "$r" "$(ms_of_gib "$((c + t * 1000 / $(getconf CLK_TCK)))" "$n")"
 done
+fi
 
 # Training-shaped reads, on a cluster of their own: the first one's processes
 # and data go first.
@@ -144,6 +147,7 @@ for s in range(shards):
             t.addfile(info, io.BytesIO(os.urandom(info.size)))
 PY
 shard_bytes=$(stat -c %s "$work/seed/shards/00.tar")
+rm -f "$work/origin.addr"
 start_origin "$work/seed" --first-byte-delay-ms "$LATENCY_MS" --bandwidth "$BW"
 ids=()
 # The bench's key may purge: a cold run starts from nodes that hold nothing.
