@@ -220,7 +220,7 @@ impl Ahead {
             return Ok(None);
         };
         let got = got.map_err(|e| errors::read_error(&e, &self.names[i]))?;
-        let out = to_bytes(py, &[got.clone()]);
+        let out = to_bytes(py, std::slice::from_ref(&got));
         self.held.fetch_sub(got.len() as u64, Relaxed);
         drop(permit);
         Ok(Some(PyTuple::new(
