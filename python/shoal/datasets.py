@@ -1,22 +1,36 @@
 """PyTorch datasets over a shoal cluster, without a mount.
 
 ``ShoalMapDataset`` (indexable) and ``ShoalIterableDataset`` read the objects
-under a prefix, or a list of ``BUCKET/KEY`` paths, each sample one object's
-bytes (or ``transform`` of them). Objects listed under a prefix are read at the
-version listed (no node asks the origin whether it changed); one that changed
-since is read at its new version. ``open_stream`` gives one object as a
-file-like stream, fetched ahead of its reader.
+under a prefix, or a list of ``BUCKET/KEY`` paths (``shoal://``, ``s3://`` or
+bare), each at the version known when the dataset was made (``_objects``).
 
-A DataLoader's workers are forked from the process that made the dataset: each
-builds its own runtime and connections at its first read (no socket or thread
-is shared across the fork). torch is imported only if installed: the classes
-are torch's ``Dataset`` and ``IterableDataset`` then, plain classes otherwise.
+A sample is ``transform(key, reader)``: the object's key and an
+``ObjectReader``, a file that streams, seeks and reads ranges
+(``read_range``) without fetching the rest of the object. With
+``data="bytes"`` it is ``transform(key, data)``, the object's bytes, read
+whole. Without a transform the sample is ``(key, reader)`` or
+``(key, data)``.
+
+The map dataset's ``__getitems__`` (what a DataLoader asks a batch with)
+reads the batch's objects at once. The iterable one hands over objects in
+order as they arrive, with at most ``ahead`` objects and ``ahead_bytes``
+bytes read ahead of its consumer; with ``expand=True`` each object's
+transform returns an iterable of samples (a tar shard's members, say),
+yielded as the transform reads them.
+
+Ranks and world come from ``torch.distributed`` when a process group is
+initialized, else from ``rank=``/``world=``, else 0 of 1 (``_ranks``). A
+DataLoader's workers, forked, spawned or started by a forkserver, each build
+their own runtime and connections at their first read. torch is imported only
+if installed: the classes are torch's ``Dataset`` and ``IterableDataset``
+then, plain classes otherwise.
 """
 
-import errno
 import io
 
 from . import _paths
+from ._objects import ObjectReader, Objects, strip
+from ._ranks import Ranks
 from ._shoal import Client
 
 
@@ -32,129 +46,150 @@ _data = _torch_data()
 _MapBase = _data.Dataset if _data else object
 _IterBase = _data.IterableDataset if _data else object
 
-
-def _strip(path):
-    return path[len("shoal://"):] if path.startswith("shoal://") else path.lstrip("/")
+_DATA = ("reader", "bytes")
 
 
-class _Objects:
-    """The objects of a dataset, and a client to read them with."""
+class _Samples:
+    """What both datasets share: the objects, and how each becomes a sample."""
 
-    def __init__(self, config, prefix=None, keys=None, transform=None):
-        if (prefix is None) == (keys is None):
-            raise ValueError("a shoal dataset reads a prefix or a list of keys: give one of them")
-        self.config = config
+    def __init__(self, config, prefix, keys, transform, data):
+        if data not in _DATA:
+            raise ValueError(f"data is 'reader' or 'bytes', not {data!r}")
+        self.data = data
         self.transform = transform
-        self._client = None
-        if keys is not None:
-            self.objects = [(_paths.split(_strip(k)), None) for k in keys]
-            for (bucket, key), _ in self.objects:
-                if not bucket or not key:
-                    raise ValueError(f"not a BUCKET/KEY path: {bucket}/{key}")
-        else:
-            bucket, key = _paths.split(_strip(prefix))
-            if not bucket:
-                raise ValueError(f"not a BUCKET[/PREFIX] path: {prefix!r}")
-            under = f"{key}/" if key else ""
-            listed, _ = self.client.list(bucket, under, None)
-            self.objects = [
-                ((bucket, k), (size, etag)) for k, size, etag, _ in sorted(listed) if not k.endswith("/")
-            ]
+        self._objects = Objects(config, prefix=prefix, keys=keys)
 
     @property
     def client(self):
-        # One per dataset; it builds a runtime of its own in each process.
-        if self._client is None:
-            self._client = Client(self.config)
-        return self._client
+        return self._objects.client
 
-    def __getstate__(self):
-        # A worker started by spawn builds its own client.
-        state = dict(self.__dict__)
-        state["_client"] = None
-        return state
+    @property
+    def objects(self):
+        return self._objects.objects
 
     def path(self, i):
-        (bucket, key), _ = self.objects[i]
-        return f"{bucket}/{key}"
+        """``BUCKET/KEY`` of object ``i``."""
+        return self._objects.path(i)
 
-    def _done(self, data):
-        return self.transform(data) if self.transform is not None else data
-
-    def read(self, i):
-        (bucket, key), known = self.objects[i]
-        if known is not None:
-            try:
-                return self.client.cat(bucket, key, None, None, *known)
-            except OSError as e:
-                if e.errno != errno.ESTALE:
-                    raise
-        return self.client.cat(bucket, key)
-
-    def read_many(self, indexes):
-        """The objects at ``indexes``, read at once, in order."""
-        ranges = []
-        for i in indexes:
-            (bucket, key), known = self.objects[i]
-            ranges.append((bucket, key, None, None, *known) if known else (bucket, key, None, None))
-        got = self.client.cat_ranges(ranges)
-        for i, g in zip(indexes, got):
-            if isinstance(g, OSError) and g.errno == errno.ESTALE:
-                g = self.read(i)
-            if isinstance(g, BaseException):
-                raise g
-            yield g
+    def _sample(self, i, got=None):
+        key = self._objects.key(i)
+        if got is None:
+            got = self._objects.bytes(i) if self.data == "bytes" else self._objects.reader(i)
+        if self.transform is None:
+            return key, got
+        return self.transform(key, got)
 
 
-class ShoalMapDataset(_Objects, _MapBase):
-    """Sample ``i``: the bytes of the ``i``-th object (sorted by key under a
-    prefix, in the order given for keys), through ``transform`` if given."""
+class ShoalMapDataset(_Samples, _MapBase):
+    """Sample ``i``: object ``i`` (sorted by key under a prefix, in the order
+    given for keys). A DataLoader's sampler shares the indexes out among
+    ranks, so ``len`` is every object's count."""
 
-    def __init__(self, config, prefix=None, keys=None, transform=None):
-        _Objects.__init__(self, config, prefix=prefix, keys=keys, transform=transform)
+    def __init__(self, config, prefix=None, keys=None, transform=None, data="reader"):
+        _Samples.__init__(self, config, prefix, keys, transform, data)
 
     def __len__(self):
-        return len(self.objects)
+        return len(self._objects)
 
     def __getitem__(self, i):
-        return self._done(self.read(i))
+        return self._sample(i)
+
+    def __getitems__(self, indexes):
+        """A batch's samples, its objects read at once: whole, as bytes; as
+        readers, each object's first block fetched for all of them before
+        the first transform runs."""
+        indexes = list(indexes)
+        if self.data == "bytes":
+            got = self._objects.many_bytes(indexes)
+            return [self._sample(i, g) for i, g in zip(indexes, got)]
+        self._objects.prefetch(indexes)
+        return [self._sample(i) for i in indexes]
 
 
-def _worker():
-    """(this worker's id, how many there are) in a DataLoader, else (0, 1)."""
-    if _data is not None:
-        info = _data.get_worker_info()
-        if info is not None:
-            return info.id, info.num_workers
-    return 0, 1
+class ShoalIterableDataset(_Samples, _IterBase):
+    """Every object once per pass. Each rank takes every ``world``-th object,
+    and each of its DataLoader workers every ``num_workers``-th of those;
+    ``len`` is the rank's count of objects (with ``expand``, samples per
+    object are not known: it has none)."""
 
-
-class ShoalIterableDataset(_Objects, _IterBase):
-    """Every object once per pass, each DataLoader worker (and each of
-    ``world`` ranks, if given) taking its share; ``prefetch`` objects are read
-    at once ahead of the consumer."""
-
-    def __init__(self, config, prefix=None, keys=None, transform=None, prefetch=16, rank=0, world=1):
-        _Objects.__init__(self, config, prefix=prefix, keys=keys, transform=transform)
-        if not 0 <= rank < world:
-            raise ValueError(f"rank {rank} is not one of {world}")
-        self.prefetch = max(1, prefetch)
-        self.rank, self.world = rank, world
+    def __init__(
+        self,
+        config,
+        prefix=None,
+        keys=None,
+        transform=None,
+        data="reader",
+        ahead=16,
+        ahead_bytes=64 << 20,
+        expand=False,
+        rank=None,
+        world=None,
+    ):
+        _Samples.__init__(self, config, prefix, keys, transform, data)
+        if ahead < 1 or ahead_bytes < 1:
+            raise ValueError("ahead and ahead_bytes are at least 1")
+        if expand and transform is None:
+            raise ValueError("expand=True needs a transform that returns an object's samples")
+        self.ahead, self.ahead_bytes, self.expand = ahead, ahead_bytes, expand
+        self.ranks = Ranks(rank, world)
+        # (worker, workers) set by hand, else torch's.
         self.worker = None
 
     def shard(self):
-        worker, workers = self.worker or _worker()
-        share, shares = self.rank * workers + worker, self.world * workers
-        return range(share, len(self.objects), shares)
+        """The indexes of the objects this worker of this rank reads."""
+        return self.ranks.share(len(self._objects), self.worker)
+
+    def __len__(self):
+        if self.expand:
+            raise TypeError("samples per object are not known with expand=True")
+        return len(self.ranks.share(len(self._objects), worker_of=False))
 
     def __iter__(self):
         mine = list(self.shard())
-        for at in range(0, len(mine), self.prefetch):
-            for data in self.read_many(mine[at : at + self.prefetch]):
-                yield self._done(data)
+        if self.data == "bytes":
+            arrived = self._objects.ahead(mine, self.ahead, self.ahead_bytes)
+            samples = (self._sample(i, data) for i, data in arrived)
+        else:
+            samples = self._readers(mine)
+        for s in samples:
+            if self.expand:
+                yield from s
+            else:
+                yield s
 
-    def __len__(self):
-        return len(self.objects)
+    def _readers(self, mine):
+        # The first block of the next ``ahead`` objects is on its way while
+        # the transform reads this one.
+        fetched = 0
+        for n, i in enumerate(mine):
+            want = min(len(mine), n + 1 + self.ahead)
+            if want > fetched:
+                self._objects.prefetch(mine[fetched:want])
+                fetched = want
+            yield self._sample(i)
+
+
+def bytes_of(transform):
+    """A ``transform(key, data)`` made to take a reader: for a dataset of
+    readers whose transform wants each object's bytes."""
+
+    def read_whole(key, reader):
+        with reader:
+            return transform(key, reader.read())
+
+    return read_whole
+
+
+def tar_samples(key, reader):
+    """The members of a tar shard as ``(name, bytes)`` samples, read as the
+    shard streams (``tarfile``'s stream mode): the shard is never held whole.
+    For ``expand=True``."""
+    import tarfile
+
+    with reader, tarfile.open(fileobj=reader, mode="r|*") as tar:
+        for member in tar:
+            if member.isfile():
+                yield member.name, tar.extractfile(member).read()
 
 
 class ObjectStream(io.RawIOBase):
@@ -189,7 +224,7 @@ class ObjectStream(io.RawIOBase):
 
 
 def open_stream(config_or_client, path):
-    """``BUCKET/KEY`` as an ``ObjectStream``."""
+    """``BUCKET/KEY`` (or a ``shoal://``/``s3://`` URL) as an ``ObjectStream``."""
     client = config_or_client if isinstance(config_or_client, Client) else Client(config_or_client)
-    bucket, key = _paths.split(_strip(path))
+    bucket, key = _paths.split(strip(path))
     return ObjectStream(client.stream(bucket, key))

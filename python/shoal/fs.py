@@ -11,10 +11,20 @@ The storage option ``config`` is the mount's TOML file (``[origin]``,
 
     fs = fsspec.filesystem("shoal", config="/etc/shoal/mount.toml")
     pd.read_parquet("shoal://bucket/key", storage_options={"config": ...})
+
+``s3://BUCKET/KEY`` (and ``s3a://``) names the same object as
+``shoal://BUCKET/KEY`` wherever a path is taken. ``info`` and listings give
+``ETag`` (quoted, as S3 sends it) and ``LastModified`` (a UTC datetime) as
+s3fs does. The nodes keep listings and versions for the config's
+``[mount] metadata_ttl``; ``refresh=True`` (``ls``, ``info``, ``find``) asks
+for answers no older than now, and after ``invalidate_cache(path)`` every
+ask under or over ``path`` takes no answer older than the invalidation. An
+instance pickles (its storage options), so Dask and Ray ship it to workers.
 """
 
 import errno
 import os
+import time
 from datetime import datetime, timezone
 
 from fsspec.callbacks import DEFAULT_CALLBACK
@@ -36,9 +46,30 @@ def _read_only(what):
     )
 
 
+# How long an invalidation is remembered: past it, no node keeps anything
+# older (a node keeps metadata a day at most).
+_INVALIDATION_KEPT = 86_400
+
+
+def _http_etag(etag):
+    return f'"{etag}"' if etag is not None and not etag.startswith('"') else etag
+
+
+def _utc(seconds):
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
 class ShoalFileSystem(AbstractFileSystem):
     protocol = "shoal"
     root_marker = ""
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, str):
+            for scheme in ("s3://", "s3a://"):
+                if path.startswith(scheme):
+                    path = path[len(scheme):]
+        return super()._strip_protocol(path)
 
     def __init__(self, config=None, **kwargs):
         super().__init__(**kwargs)
@@ -50,6 +81,8 @@ class ShoalFileSystem(AbstractFileSystem):
                 "(or a dict of its keys), or SHOAL_CONFIG in the environment"
             )
         self.client = Client(config)
+        # Path -> when it was invalidated (time.monotonic()).
+        self._invalidated = {}
 
     # -- metadata ---------------------------------------------------------
 
@@ -59,25 +92,47 @@ class ShoalFileSystem(AbstractFileSystem):
             "name": _paths.join(bucket, key),
             "size": size,
             "type": "file",
-            "ETag": etag,
-            "LastModified": mtime,
+            "ETag": _http_etag(etag),
+            "LastModified": _utc(mtime),
         }
+
+    def invalidate_cache(self, path=None):
+        """Asks after this about ``path`` (everything, without one) take no
+        answer the nodes kept from before it."""
+        now = time.monotonic()
+        self._invalidated = {p: t for p, t in self._invalidated.items() if now - t < _INVALIDATION_KEPT}
+        self._invalidated[self._strip_protocol(path) if path else ""] = now
+        super().invalidate_cache(path)
+
+    def _max_age(self, path, refresh=False):
+        """The oldest answer an ask about ``path`` takes: 0 to refresh, the
+        time since the latest invalidation above or below it, else None."""
+        if refresh:
+            return 0.0
+        now, since = time.monotonic(), None
+        for p, t in self._invalidated.items():
+            related = not p or path == p or path.startswith(p + "/") or p.startswith(path + "/") or not path
+            if related and now - t < _INVALIDATION_KEPT:
+                since = min(since, now - t) if since is not None else now - t
+        return since
 
     @staticmethod
     def _dir(name):
         return {"name": name, "size": 0, "type": "directory"}
 
-    def _listing(self, path, delimiter="/"):
-        bucket, key = _paths.split(self._strip_protocol(path))
+    def _listing(self, path, delimiter="/", refresh=False):
+        path = self._strip_protocol(path)
+        bucket, key = _paths.split(path)
         if not bucket:
             raise ValueError("shoal:// lists within a bucket: give shoal://BUCKET[/PREFIX]")
         prefix = f"{key}/" if key else ""
-        objects, prefixes = self.client.list(bucket, prefix, delimiter)
+        max_age = self._max_age(path, refresh)
+        objects, prefixes = self.client.list(bucket, prefix, delimiter, None, max_age)
         return bucket, key, objects, prefixes
 
-    def ls(self, path, detail=True, **kwargs):
+    def ls(self, path, detail=True, refresh=False, **kwargs):
         path = self._strip_protocol(path)
-        bucket, key, objects, prefixes = self._listing(path)
+        bucket, key, objects, prefixes = self._listing(path, refresh=refresh)
         out = [self._dir(_paths.join(bucket, p.rstrip("/"))) for p in prefixes]
         # A key ending in "/" is a directory's marker object, not a file.
         out += [
@@ -88,26 +143,27 @@ class ShoalFileSystem(AbstractFileSystem):
         if not out and not any(k.endswith("/") for k, *_ in objects):
             if not key:
                 return []
-            info = self.info(path)
+            info = self.info(path, refresh=refresh)
             if info["type"] != "file":
                 return []
             out = [info]
         out.sort(key=lambda i: i["name"])
         return out if detail else [i["name"] for i in out]
 
-    def info(self, path, **kwargs):
+    def info(self, path, refresh=False, **kwargs):
         path = self._strip_protocol(path)
         bucket, key = _paths.split(path)
+        max_age = self._max_age(path, refresh)
         if not bucket:
             return self._dir("")
         if not key:
             # A missing bucket fails the listing with FileNotFoundError.
-            self.client.list(bucket, "", "/", 1)
+            self.client.list(bucket, "", "/", 1, max_age)
             return self._dir(bucket)
         try:
-            h = self.client.head(bucket, key)
+            h = self.client.head(bucket, key, max_age)
         except FileNotFoundError:
-            objects, prefixes = self.client.list(bucket, key + "/", "/", 1)
+            objects, prefixes = self.client.list(bucket, key + "/", "/", 1, max_age)
             if objects or prefixes:
                 return self._dir(path)
             raise FileNotFoundError(errno.ENOENT, "no such object or prefix", path) from None
@@ -119,7 +175,7 @@ class ShoalFileSystem(AbstractFileSystem):
         if maxdepth is not None or not bucket:
             return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
         # One flat listing of the prefix, not a listing per directory.
-        _, _, objects, _ = self._listing(path, delimiter=None)
+        _, _, objects, _ = self._listing(path, delimiter=None, refresh=kwargs.get("refresh", False))
         out = {}
         for k, s, e, m in objects:
             name = _paths.join(bucket, k.rstrip("/"))
@@ -134,7 +190,7 @@ class ShoalFileSystem(AbstractFileSystem):
             out[path] = self._dir(path)
         if not out and key:
             try:
-                info = self.info(path)
+                info = self.info(path, refresh=kwargs.get("refresh", False))
             except FileNotFoundError:
                 info = None
             if info is not None and info["type"] == "file":
@@ -146,7 +202,7 @@ class ShoalFileSystem(AbstractFileSystem):
         mtime = self.info(path).get("LastModified")
         if mtime is None:
             raise FileNotFoundError(errno.ENOENT, "no modification time", path)
-        return datetime.fromtimestamp(mtime, tz=timezone.utc)
+        return mtime
 
     def ukey(self, path):
         return self.info(path)["ETag"]

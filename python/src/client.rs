@@ -45,19 +45,29 @@ impl Client {
         Ok(client)
     }
 
-    /// The version of `bucket/key`: size, ETag, last modified, content type.
-    fn head<'py>(&self, py: Python<'py>, bucket: &str, key: &str) -> PyResult<Bound<'py, PyDict>> {
+    /// The version of `bucket/key`: size, ETag, last modified, content type;
+    /// known no longer than `max_age` seconds ago if given.
+    #[pyo3(signature = (bucket, key, max_age=None))]
+    fn head<'py>(
+        &self,
+        py: Python<'py>,
+        bucket: &str,
+        key: &str,
+        max_age: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         check_key(key)?;
+        let max_age = crate::live::max_age(max_age)?;
         let live = self.live()?;
         let meta = live
-            .run(py, live.stat(bucket, key))
+            .run(py, live.stat_within(bucket, key, max_age))
             .map_err(|e| errors::store_error(&e, &format!("{bucket}/{key}")))?;
         meta_dict(py, &meta)
     }
 
     /// Every key under `prefix` (with `delimiter`, the common prefixes too),
-    /// page after page; with `max_keys`, no page past the one that reaches it.
-    #[pyo3(signature = (bucket, prefix, delimiter=None, max_keys=None))]
+    /// page after page; with `max_keys`, no page past the one that reaches it;
+    /// with `max_age`, pages no older than that many seconds.
+    #[pyo3(signature = (bucket, prefix, delimiter=None, max_keys=None, max_age=None))]
     fn list(
         &self,
         py: Python<'_>,
@@ -65,10 +75,11 @@ impl Client {
         prefix: &str,
         delimiter: Option<String>,
         max_keys: Option<usize>,
+        max_age: Option<f64>,
     ) -> PyResult<(Vec<Entry>, Vec<String>)> {
+        let max_age = crate::live::max_age(max_age)?;
         let live = self.live()?;
-        let store = live.metadata.clone();
-        let got = live.run(py, async move {
+        let got = live.run(py, async {
             let (mut objects, mut prefixes) = (Vec::new(), Vec::new());
             let mut req = ListRequest {
                 bucket: bucket.to_owned(),
@@ -77,7 +88,7 @@ impl Client {
                 ..Default::default()
             };
             loop {
-                let page = store.list_page(&req).await?;
+                let page = live.list_page_within(&req, max_age).await?;
                 objects.extend(page.objects.into_iter().map(|o| {
                     let mtime = o.last_modified.map(seconds);
                     (o.key, o.size, o.etag, mtime)
@@ -335,7 +346,7 @@ pub fn span(size: u64, start: Option<i64>, end: Option<i64>) -> (u64, u64) {
     (lo, hi.max(lo))
 }
 
-fn seconds(t: std::time::SystemTime) -> f64 {
+pub fn seconds(t: std::time::SystemTime) -> f64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)

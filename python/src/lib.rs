@@ -8,6 +8,7 @@
 //! over in one copy, into a Python bytes object. Failures become the exceptions
 //! fsspec callers expect in one place ([`errors`]).
 
+mod ahead;
 mod client;
 mod config;
 mod errors;
@@ -23,6 +24,10 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_class::<reader::Reader>()?;
     m.add_class::<stream::Stream>()?;
+    m.add_class::<ahead::Ahead>()?;
+    m.add_function(wrap_pyfunction!(ahead::versions, m)?)?;
+    m.add_function(wrap_pyfunction!(ahead::prefetch, m)?)?;
+    m.add_function(wrap_pyfunction!(ahead::ahead, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

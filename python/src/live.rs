@@ -6,11 +6,12 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pyo3::prelude::*;
-use shoal::cluster::{ClusterReader, Handle, ReadError, ReaderOptions};
+use shoal::cluster::{ClusterMetadata, ClusterReader, Handle, ReadError, ReaderOptions};
 use shoal::config::{Config, MetadataSource};
-use shoal::store::{GetObject, ObjectMeta, ObjectStore, StoreError};
+use shoal::store::{GetObject, ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError};
 
 use crate::errors;
 
@@ -22,6 +23,9 @@ pub struct Live {
     /// Listings and HEADs: through the owner nodes (the mount's
     /// `metadata = "cluster"`, the default), else the origin.
     pub metadata: Arc<dyn ObjectStore>,
+    /// The same, when it goes through the nodes: asks of it may bound the age
+    /// of the answer (a refresh).
+    cluster_metadata: Option<Arc<ClusterMetadata>>,
     /// Objects a read found changed: their next version is asked of the origin,
     /// since a node may go on answering the old one for its metadata TTL.
     changed: Mutex<HashSet<(String, String)>>,
@@ -34,6 +38,18 @@ fn threads() -> usize {
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(2, 4)
+}
+
+/// Blocks in flight at once in a process: as a mount's (8 read windows),
+/// but no more than half its RAM tier holds, so that what a sequential
+/// reader fetches ahead is still there when it comes to it; never under one
+/// window.
+fn inflight_blocks(cfg: &Config) -> usize {
+    let c = cfg
+        .reader_cluster()
+        .unwrap_or_else(shoal::config::ClusterConfig::standalone);
+    let window = c.read_window.max(1);
+    ((cfg.cache.ram_size / c.block_size.max(1) / 2) as usize).clamp(window, window * 8)
 }
 
 impl Live {
@@ -59,23 +75,28 @@ impl Live {
                 cfg.reader_cluster().as_ref(),
                 ReaderOptions {
                     ram_bytes: cfg.cache.ram_size,
+                    max_inflight_blocks: Some(inflight_blocks(&cfg)),
                     evicting: cfg.evicting(),
                     ..Default::default()
                 },
             )
         };
         rt.block_on(reader.membership_ready());
-        let metadata = if cfg.mount.metadata == MetadataSource::Cluster && cfg.cluster().is_some() {
-            let _in_rt = rt.enter();
-            reader.metadata(cfg.mount.metadata_ttl)
-        } else {
-            reader.origin().clone()
+        let cluster_metadata =
+            (cfg.mount.metadata == MetadataSource::Cluster && cfg.cluster().is_some()).then(|| {
+                let _in_rt = rt.enter();
+                Arc::new(ClusterMetadata::new(reader.clone(), cfg.mount.metadata_ttl))
+            });
+        let metadata = match &cluster_metadata {
+            Some(m) => m.clone() as Arc<dyn ObjectStore>,
+            None => reader.origin().clone(),
         };
         Ok(Live {
             pid: std::process::id(),
             rt,
             reader,
             metadata,
+            cluster_metadata,
             changed: Mutex::new(HashSet::new()),
         })
     }
@@ -117,6 +138,33 @@ impl Live {
         self.metadata.head(&req).await
     }
 
+    /// [`Self::stat`], no older than `max_age` if given: the owner node asks
+    /// the origin again unless it learned the version within it.
+    pub async fn stat_within(
+        &self,
+        bucket: &str,
+        key: &str,
+        max_age: Option<Duration>,
+    ) -> Result<ObjectMeta, StoreError> {
+        match (&self.cluster_metadata, max_age) {
+            (Some(m), Some(_)) => m.head_within(&GetObject::new(bucket, key), max_age).await,
+            _ => self.stat(bucket, key).await,
+        }
+    }
+
+    /// A page of a listing through the metadata path, no older than `max_age`
+    /// if given.
+    pub async fn list_page_within(
+        &self,
+        req: &ListRequest,
+        max_age: Option<Duration>,
+    ) -> Result<ListPage, StoreError> {
+        match (&self.cluster_metadata, max_age) {
+            (Some(m), Some(_)) => m.list_page_within(req, max_age).await,
+            _ => self.metadata.list_page(req).await,
+        }
+    }
+
     /// `bucket/key` open at its version now, learned from the object's first
     /// block (which a read from the start wants anyway): one request for a
     /// small object.
@@ -152,6 +200,18 @@ impl Live {
         self.failed(e, bucket, key);
         errors::read_error(e, &format!("{bucket}/{key}"))
     }
+}
+
+/// `max_age` seconds (a Python float) as an age bound: 0 or more, at most a
+/// day (a node's longest); `None` stays unbounded.
+pub fn max_age(max_age: Option<f64>) -> PyResult<Option<Duration>> {
+    let Some(s) = max_age else { return Ok(None) };
+    if !(s.is_finite() && s >= 0.0) {
+        return Err(errors::bad_input(format!(
+            "max_age is seconds, 0 or more: not {s}"
+        )));
+    }
+    Ok(Some(Duration::from_secs_f64(s.min(86_400.0))))
 }
 
 /// One process's [`Live`] for a config, rebuilt after a fork.

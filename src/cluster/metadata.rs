@@ -6,7 +6,9 @@
 //! answer the asker accepts (`x-shoal-metadata-ttl`), so the owner may answer
 //! from its metadata cache and coalesce identical requests: the fleet lists a
 //! directory once, not once per reader. With no node to answer, the origin does,
-//! counted by cause.
+//! counted by cause. An ask may also bound the answer's age whatever the TTL
+//! ([`ClusterMetadata::head_within`], [`ClusterMetadata::list_page_within`]):
+//! a refresh, which the owner answers from the origin now and keeps.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,7 +63,7 @@ impl ClusterMetadata {
         &self,
         op: &'static str,
         block: &BlockId<'_>,
-        req: &R,
+        (req, max_age): (&R, Option<Duration>),
         ask: impl Fn(NodeHandle, R) -> F,
         origin: impl FnOnce(R) -> O,
     ) -> Result<T, StoreError>
@@ -73,6 +75,7 @@ impl ClusterMetadata {
         let asked = |node, hedged| {
             let mut req = req.clone();
             node_proto::set_metadata_ttl(&mut req, self.accept);
+            node_proto::set_max_age(&mut req, max_age);
             node_proto::set_cached_only(&mut req, hedged);
             ask(node, req)
         };
@@ -104,13 +107,13 @@ impl ClusterMetadata {
     }
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for ClusterMetadata {
-    fn name(&self) -> &str {
-        "cluster"
-    }
-
-    async fn head(&self, req: &GetObject) -> Result<ObjectMeta, StoreError> {
+impl ClusterMetadata {
+    /// [`ObjectStore::head`], answered no older than `max_age` if given.
+    pub async fn head_within(
+        &self,
+        req: &GetObject,
+        max_age: Option<Duration>,
+    ) -> Result<ObjectMeta, StoreError> {
         let block = BlockId {
             bucket: &req.bucket,
             key: &req.key,
@@ -120,14 +123,19 @@ impl ObjectStore for ClusterMetadata {
         self.through(
             "head",
             &block,
-            req,
+            (req, max_age),
             |node, req| async move { calls.node_head(&node, &req).await },
             |req| async move { origin.head(&req).await },
         )
         .await
     }
 
-    async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
+    /// [`ObjectStore::list_page`], answered no older than `max_age` if given.
+    pub async fn list_page_within(
+        &self,
+        req: &ListRequest,
+        max_age: Option<Duration>,
+    ) -> Result<ListPage, StoreError> {
         let key = list_page_key(
             &req.prefix,
             req.delimiter.as_deref().unwrap_or(""),
@@ -142,11 +150,26 @@ impl ObjectStore for ClusterMetadata {
         self.through(
             "list",
             &block,
-            req,
+            (req, max_age),
             |node, req| async move { calls.node_list(&node, &req).await },
             |req| async move { origin.list_page(&req).await },
         )
         .await
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for ClusterMetadata {
+    fn name(&self) -> &str {
+        "cluster"
+    }
+
+    async fn head(&self, req: &GetObject) -> Result<ObjectMeta, StoreError> {
+        self.head_within(req, None).await
+    }
+
+    async fn list_page(&self, req: &ListRequest) -> Result<ListPage, StoreError> {
+        self.list_page_within(req, None).await
     }
 
     async fn get_range(&self, req: &GetObject) -> Result<GetResponse, StoreError> {

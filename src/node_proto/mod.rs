@@ -10,6 +10,10 @@
 //! - `x-shoal-metadata-ttl`: on a listing or a HEAD, how old (in seconds) an
 //!   answer the asker accepts from the node's metadata cache; without it a node
 //!   passes listings through as the origin gives them.
+//! - `Cache-Control: max-age=N` (or `no-cache`) on a listing or a HEAD: the
+//!   oldest answer the asker takes at all, under the metadata TTL and the node's
+//!   `revalidate_after` both; 0 has the origin asked now and its answer kept in
+//!   place of the old one (a refresh).
 //! - `x-shoal-class`: what a block request is for (`read-ahead`, `background`;
 //!   a read a client waits on carries none), so that the node's origin budget
 //!   serves waiting reads first ([`crate::store::budget`]).
@@ -75,6 +79,25 @@ pub fn set_metadata_ttl(req: &mut impl ExtraHeaders, ttl: Duration) {
     );
 }
 
+/// Says the asker takes no metadata older than `max_age` (RFC 9111's
+/// `max-age`, whole seconds, rounded down); `None`: no bound.
+pub fn set_max_age(req: &mut impl ExtraHeaders, max_age: Option<Duration>) {
+    req.set_header(
+        "cache-control",
+        max_age.map(|a| format!("max-age={}", a.as_secs())),
+    );
+}
+
+/// A `max-age` directive's value: RFC 9111's delta-seconds, a non-negative
+/// integer (one past `u64` is the longest bound, as the RFC has it).
+pub fn parse_max_age(value: &str) -> Option<u64> {
+    let v = value.trim().trim_matches('"');
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(v.parse().unwrap_or(u64::MAX))
+}
+
 /// A metadata TTL header's value: seconds, a fraction allowed, at most a day.
 pub fn parse_metadata_ttl(value: &str) -> Option<Duration> {
     let secs: f64 = value.trim().parse().ok()?;
@@ -88,6 +111,7 @@ pub fn strip(req: &mut impl ExtraHeaders) {
     req.set_header(CACHED_ONLY_HEADER, None);
     req.set_header(METADATA_TTL_HEADER, None);
     req.set_header(CLASS_HEADER, None);
+    req.set_header("cache-control", None);
 }
 
 /// A hop header's value, if it is one.

@@ -116,8 +116,14 @@ impl s3s::route::S3Route for ListRoute {
             Some(t) => Some(t),
             None => self.node.policy(&bucket, &prefix).list_ttl,
         };
+        // An asker's max-age bounds the answer's age: 0 has the origin
+        // asked now, and its answer kept for the askers after it.
+        let max_age = super::objects::asked_max_age(&req.headers)?;
         let accept = if listing {
-            self.node.metadata.accept(asked)
+            self.node
+                .metadata
+                .accept(asked)
+                .map(|a| max_age.map_or(a, |m| a.min(m)))
         } else {
             None
         };

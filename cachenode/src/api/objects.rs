@@ -20,12 +20,14 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
     let accept = api.node.metadata.accept(asked_ttl(headers)?);
     let cached_only = cached_only(headers);
     let class = asked_class(headers)?;
+    let max_age = asked_max_age(headers)?;
     let Some(v) = headers.get(shoal::node_proto::HOP_HEADER) else {
         return Ok(Via {
             hop: 0,
             accept,
             cached_only,
             class,
+            max_age,
         });
     };
     let hop = v
@@ -39,7 +41,40 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
         accept,
         cached_only,
         class,
+        max_age,
     })
+}
+
+/// The oldest metadata the request takes (`Cache-Control: max-age=N`, or
+/// `no-cache`: none cached), if it says; RFC 9111's other directives are not
+/// this node's to act on here.
+pub fn asked_max_age(headers: &http::HeaderMap) -> S3Result<Option<std::time::Duration>> {
+    let mut bound: Option<std::time::Duration> = None;
+    for v in headers.get_all(http::header::CACHE_CONTROL) {
+        let v = v
+            .to_str()
+            .map_err(|_| s3_error!(InvalidArgument, "Cache-Control must be ASCII"))?;
+        for d in v.split(',').map(str::trim) {
+            let secs = if d.eq_ignore_ascii_case("no-cache") {
+                0
+            } else if let Some((name, value)) = d.split_once('=') {
+                if !name.trim().eq_ignore_ascii_case("max-age") {
+                    continue;
+                }
+                shoal::node_proto::parse_max_age(value).ok_or_else(|| {
+                    s3_error!(
+                        InvalidArgument,
+                        "Cache-Control max-age must be whole seconds (RFC 9111)"
+                    )
+                })?
+            } else {
+                continue;
+            };
+            let d = std::time::Duration::from_secs(secs);
+            bound = Some(bound.map_or(d, |b| b.min(d)));
+        }
+    }
+    Ok(bound)
 }
 
 /// What the request is for (`x-shoal-class`): a read someone waits on unless it
@@ -383,7 +418,10 @@ pub async fn head(
     let node = &api.node;
     // A key the origin said is missing, to an asker that accepts it.
     if let Some(accept) = via.accept {
-        if node.metadata.missing(&i.bucket, &i.key, accept) {
+        if node
+            .metadata
+            .missing(&i.bucket, &i.key, via.bounded(accept))
+        {
             node.metrics.metadata_request("head", "hit");
             return Err(s3_error!(NoSuchKey, "The specified key does not exist."));
         }
@@ -401,6 +439,9 @@ pub async fn head(
         }
         r => r?,
     };
+    if via.accept.is_some() {
+        node.metadata.note_found(&i.bucket, &i.key);
+    }
     let mut resp = S3Response::new(HeadObjectOutput {
         content_length: Some((r.end - r.start) as i64),
         content_range: r.content_range,

@@ -88,6 +88,17 @@ pub struct Via {
     /// What the asker wants the bytes for (`x-shoal-class`): the class of the
     /// origin requests a miss makes.
     pub class: Class,
+    /// The oldest metadata the asker takes at all (`Cache-Control: max-age`,
+    /// `no-cache`): a bound under every other, so that a refresh is answered
+    /// by the origin now and what it answers replaces what is kept.
+    pub max_age: Option<Duration>,
+}
+
+impl Via {
+    /// `age`, within the asker's `max-age`.
+    pub fn bounded(&self, age: Duration) -> Duration {
+        self.max_age.map_or(age, |m| age.min(m))
+    }
 }
 
 pub struct Node {
@@ -342,9 +353,7 @@ impl Node {
     /// asker that takes metadata older than `revalidate_after` takes a version
     /// known that long.
     fn trusted(&self, via: Via) -> Duration {
-        self.versions
-            .revalidate_after
-            .max(via.accept.unwrap_or_default())
+        self.versions.trusted(via)
     }
 
     /// The latest version of an object, if known recently enough to answer `via`

@@ -132,7 +132,8 @@ impl Peers {
         accept: Duration,
         metrics: &Metrics,
     ) -> Option<(Answer, Duration)> {
-        if self.timeout.is_zero() {
+        // Nothing held is young enough for an asker who takes none.
+        if self.timeout.is_zero() || accept.is_zero() {
             return None;
         }
         let peer = self.reader.runner_up(bucket, route_key, 0, &self.self_id)?;

@@ -189,7 +189,7 @@ impl Versions {
         let source = source.clone();
         // What the asker would take from this node's own memory, it takes from
         // the runner-up's.
-        let trusted = self.revalidate_after.max(via.accept.unwrap_or_default());
+        let trusted = self.trusted(via);
         let ask =
             async move {
                 match (asked, &source.upstream) {
@@ -231,6 +231,13 @@ impl Versions {
         let (meta, age) = self.questions.run(question, ask).await.0?;
         self.remember_aged(bucket, key, &meta, age);
         Ok(meta)
+    }
+
+    /// How long ago a version may have been confirmed to answer `via`: an
+    /// asker that takes metadata older than `revalidate_after` takes a version
+    /// known that long, and one that says `max-age` no older than that.
+    pub fn trusted(&self, via: Via) -> Duration {
+        via.bounded(self.revalidate_after.max(via.accept.unwrap_or_default()))
     }
 
     /// The version `etag` of an object, if this node knows it already.

@@ -361,3 +361,88 @@ async fn bad_metadata_ttls_are_refused_before_the_origin_is_asked() {
     .to_string();
     assert!(e.contains("cache.metadata_ttl"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_max_age_ask_is_answered_by_the_origin_now_and_replaces_what_is_kept() {
+    let o = origin().await;
+    o.put(BUCKET, "d/a", data(3, 1));
+    o.put(BUCKET, "d/k", data(3, 2));
+    // Versions trusted an hour: only the ask's own bound makes the node look.
+    let n = node_for(&o, "revalidate_after = \"1h\"", "").await;
+    let c = client(n.addr);
+    let list = |fresh: bool| {
+        let c = c.clone();
+        async move {
+            let mut h = vec![TTL];
+            if fresh {
+                h.push(("cache-control", "max-age=0"));
+            }
+            let r = get_raw(&c, &[("list-type", "2"), ("prefix", "d/")], &h).await;
+            let keys: Vec<String> = parse::list_objects(&r.body)
+                .unwrap()
+                .contents
+                .into_iter()
+                .map(|c| c.key)
+                .collect();
+            (keys, r.age.is_some())
+        }
+    };
+    let head = |key: &'static str, max_age: Option<u64>| {
+        let c = c.clone();
+        async move {
+            let mut req = GetObject::new(BUCKET, key);
+            shoal::node_proto::set_metadata_ttl(&mut req, Duration::from_secs(30));
+            shoal::node_proto::set_max_age(&mut req, max_age.map(Duration::from_secs));
+            c.head_object(&req).await
+        }
+    };
+    assert_eq!(list(false).await.0, ["d/a", "d/k"]);
+    assert_eq!(head("d/k", None).await.unwrap().size, 3);
+    assert!(head("d/new", None).await.is_err());
+    o.put(BUCKET, "d/b", data(3, 3));
+    o.put(BUCKET, "d/k", data(7, 4));
+    o.put(BUCKET, "d/new", data(5, 5));
+    // Within the TTL (and revalidate_after), what is kept answers...
+    assert_eq!(list(false).await, (vec!["d/a".into(), "d/k".into()], true));
+    assert_eq!(head("d/k", None).await.unwrap().size, 3);
+    assert!(
+        head("d/new", None).await.is_err(),
+        "the missing mark stands"
+    );
+    assert_eq!(head("d/k", Some(3600)).await.unwrap().size, 3);
+    // ...but not an ask that takes nothing older than now.
+    let before = o.stats.snapshot();
+    assert_eq!(
+        list(true).await,
+        (
+            vec!["d/a".into(), "d/b".into(), "d/k".into(), "d/new".into()],
+            false
+        )
+    );
+    assert_eq!(head("d/k", Some(0)).await.unwrap().size, 7);
+    assert_eq!(head("d/new", Some(0)).await.unwrap().size, 5);
+    let after = o.stats.snapshot();
+    assert_eq!(after.lists() - before.lists(), 1);
+    assert_eq!(after.object_heads() - before.object_heads(), 2);
+    // What the origin said replaced what was kept: the askers after it see it
+    // without asking the origin.
+    assert_eq!(
+        list(false).await,
+        (
+            vec!["d/a".into(), "d/b".into(), "d/k".into(), "d/new".into()],
+            true
+        )
+    );
+    assert_eq!(head("d/k", None).await.unwrap().size, 7);
+    assert_eq!(head("d/new", None).await.unwrap().size, 5);
+    let last = o.stats.snapshot();
+    assert_eq!(last.lists(), after.lists());
+    assert_eq!(last.object_heads(), after.object_heads());
+    // A bound that is not whole seconds is refused before the origin is asked.
+    for bad in ["max-age=soon", "max-age=-1", "max-age=1.5"] {
+        let r = get_raw(&c, &[("list-type", "2")], &[TTL, ("cache-control", bad)]).await;
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(String::from_utf8_lossy(&r.body).contains("max-age"));
+    }
+    assert_eq!(o.stats.snapshot().lists(), last.lists());
+}
