@@ -137,7 +137,7 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     );
     let cfg = dir.path().join("node.toml");
     std::fs::write(&cfg, toml).unwrap();
-    let mut node = NodeProcess::spawn_under(
+    let node = NodeProcess::spawn_under(
         &[
             "setpriv",
             "--inh-caps=-dac_override,-dac_read_search",
@@ -174,7 +174,7 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     origin.put(BUCKET, "b", b.clone());
     read_all(&node, "b", &b).await;
     read_all(&node, "a", &a).await;
-    let (ro_writes, _) = counts_when(&node, "writes to the read-only disk counted", |(w, _)| {
+    let _ = counts_when(&node, "writes to the read-only disk counted", |(w, _)| {
         w > full_writes
     })
     .await;
@@ -197,6 +197,22 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
         written_since(&data_dir.join("blocks"), writable) > 0,
         "no block written to the disk tier since it became writable"
     );
+    // The RAM tier could hold every block the disk does (which blocks each keeps
+    // depends on timing), and a read answered from RAM never touches the disk.
+    // A restarted node has only its disk: each block it serves is read there.
+    let w = node.wait_log_lines("disk tier cannot write", 1);
+    assert_eq!(w.len(), 1, "one line for every failed write: {w:?}");
+    drop(node);
+    let mut node = NodeProcess::spawn_under(
+        &[
+            "setpriv",
+            "--inh-caps=-dac_override,-dac_read_search",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--",
+        ],
+        &cfg,
+    );
+    node.wait_log_lines("disk tier index read", 1);
     std::fs::set_permissions(
         data_dir.join("blocks"),
         std::os::unix::fs::PermissionsExt::from_mode(0o000),
@@ -207,12 +223,12 @@ async fn a_full_read_only_or_unreadable_disk_tier_never_fails_a_read() {
     let (writes, reads) = counts_when(
         &node,
         "unreadable and unwritable blocks counted",
-        |(w, r)| r > 0.0 && w > ro_writes,
+        |(w, r)| r > 0.0 && w > 0.0,
     )
     .await;
-    println!("read-only then unreadable: {writes} writes and {reads} reads failed in all");
+    println!("unreadable after a restart: {writes} writes and {reads} reads failed");
 
-    // One line each for the whole run (well within a minute), and still serving.
+    // One line each for the restarted node's run, and still serving.
     let w = node.wait_log_lines("disk tier cannot write", 1);
     let r = node.wait_log_lines("disk tier cannot read", 1);
     assert_eq!(w.len(), 1, "{w:?}");
