@@ -108,9 +108,13 @@ async fn a_service_whose_last_pod_goes_reads_from_the_origin() {
     // The last pods go: the controller writes its placeholder over the slice.
     f.slice("shoal-node-x1", &[(0, true, "zone-a")]);
     ranks(&r, &[f.id(0)]).await;
+    let t = std::time::Instant::now();
     f.api.placeholder(NS, SVC, "shoal-node-x1");
-    let took = ranks(&r, &[]).await;
-    eprintln!("the placeholder (endpoints null) emptied the ranking after {took:?}");
+    ranks(&r, &[]).await;
+    eprintln!(
+        "the placeholder (endpoints null) emptied the ranking after {:?}",
+        t.elapsed()
+    );
     origin_alone(&f, &r, 24..32, "no endpoint at all").await;
     // A reader started now lists the placeholder and ranks no node either.
     let late = f.reader(None);
