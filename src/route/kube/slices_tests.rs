@@ -55,8 +55,7 @@ fn a_watch_adds_changes_and_deletes_slices_and_ends_on_an_error() {
     assert_eq!(v, "5");
     let ids = |s: &Slices| s.nodes().into_iter().map(|n| n.id).collect::<Vec<_>>();
     assert_eq!(ids(&slices), ["10.0.0.1:9000"]);
-    let added =
-        br#"{"type": "ADDED", "object": {"metadata": {"name": "b", "resourceVersion": "6"},
+    let added = br#"{"type": "ADDED", "object": {"metadata": {"name": "b", "resourceVersion": "6"},
         "endpoints": [{"addresses": ["10.0.0.2"], "conditions": {"ready": true}}],
         "ports": [{"name": "s3", "port": 9000}]}}"#;
     assert!(slices.apply_event(&svc, added, &mut v).unwrap());
@@ -70,7 +69,8 @@ fn a_watch_adds_changes_and_deletes_slices_and_ends_on_an_error() {
     let bookmark = br#"{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}"#;
     assert!(!slices.apply_event(&svc, bookmark, &mut v).unwrap());
     assert_eq!(v, "9");
-    let deleted = br#"{"type": "DELETED", "object": {"metadata": {"name": "a", "resourceVersion": "10"}}}"#;
+    let deleted =
+        br#"{"type": "DELETED", "object": {"metadata": {"name": "a", "resourceVersion": "10"}}}"#;
     assert!(slices.apply_event(&svc, deleted, &mut v).unwrap());
     assert_eq!(ids(&slices), ["10.0.0.2:9000"]);
     assert!(!slices.apply_event(&svc, b"  \r", &mut v).unwrap());
@@ -165,16 +165,25 @@ fn conditions_as_the_api_reads_them() {
         (r#""conditions": {}"#, true),
         (r#""conditions": null"#, true),
         (r#""hostname": "h""#, true),
-        (r#""conditions": {"ready": null, "serving": null, "terminating": null}"#, true),
+        (
+            r#""conditions": {"ready": null, "serving": null, "terminating": null}"#,
+            true,
+        ),
         (r#""conditions": {"ready": true}"#, true),
         (r#""conditions": {"ready": false}"#, false),
         (r#""conditions": {"serving": false}"#, false),
         (r#""conditions": {"terminating": true}"#, false),
         (r#""conditions": {"terminating": false}"#, true),
         // A Service publishing not-ready addresses: ready, but failing its probe.
-        (r#""conditions": {"ready": true, "serving": false, "terminating": false}"#, false),
+        (
+            r#""conditions": {"ready": true, "serving": false, "terminating": false}"#,
+            false,
+        ),
         // ... or being deleted.
-        (r#""conditions": {"ready": true, "serving": true, "terminating": true}"#, false),
+        (
+            r#""conditions": {"ready": true, "serving": true, "terminating": true}"#,
+            false,
+        ),
     ];
     for (conditions, member) in cases {
         let body = format!(
@@ -226,7 +235,10 @@ fn fields_left_out_or_null() {
         r#"[{"name": "s3", "port": 70000}]"#,
         r#"[{"name": "s3", "port": -1}]"#,
     ] {
-        assert!(nodes(&svc(Some("s3")), &slice(ports, ep)).is_empty(), "{ports}");
+        assert!(
+            nodes(&svc(Some("s3")), &slice(ports, ep)).is_empty(),
+            "{ports}"
+        );
     }
     // An endpoint with no address, or null ones.
     let s3 = r#"[{"name": "s3", "port": 9000}]"#;

@@ -111,15 +111,12 @@ impl Fleet {
         fleet_reader(&self.origin, &self.cluster(&extra), 0)
     }
 
-    /// Body bytes node `i` served, over its tiers (a family not on the page
-    /// until its first count: the page itself is checked by its build info).
+    /// Body bytes node `i` served, over its tiers (each on the page from the
+    /// start).
     pub async fn served(&self, i: usize) -> f64 {
         let text = scrape(&self.nodes[i].addr).await;
-        metric_required(&text, "shoal_node_build_info{version=\"0.1.0\"}");
-        text.lines()
-            .filter(|l| l.starts_with("shoal_node_bytes_served_total{"))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum()
+        metric(&text, "shoal_node_bytes_served_total{tier=\"ram\"}");
+        metric_sum(&text, "shoal_node_bytes_served_total")
     }
 
     /// Waits until node `i` routes by `n` nodes (its own watch of the slices).
