@@ -3,14 +3,51 @@
 //! Prometheus sends by default), else the classic text format (curl, older
 //! scrapers), in which a counter's `# TYPE` names its `_total` series.
 
+use std::hash::Hash;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-/// Registers each `"name" => metric, "help";` in `registry`.
+/// Registers each `"name" => metric, "help";` in `registry`, each on the page
+/// from the start ([`Declared`]).
 #[macro_export]
 macro_rules! register_metrics {
     ($registry:expr, $($name:literal => $metric:expr, $help:literal;)*) => {
-        $( $registry.register($name, $help, $metric.clone()); )*
+        $( $registry.register($name, $help, $crate::exposition::Declared($metric.clone())); )*
     };
+}
+
+/// A metric that is on the page from the start: a labelled family with no
+/// series yet is declared (its `# HELP` and `# TYPE`) with no sample, where
+/// prometheus-client leaves it out until its first count. A dashboard, a
+/// `rate()` or a test can then tell a family that counted nothing yet from
+/// one that is not there (renamed, misspelt).
+#[derive(Clone, Debug)]
+pub struct Declared<M>(pub M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+}
+
+/// Puts each of `labels` in `family` at 0: every label value a process knows
+/// is a series from the start (Prometheus's advice for a label's known
+/// values), so that 0 is read, not a missing series.
+pub fn zeroed<S, M, C>(family: &Family<S, M, C>, labels: impl IntoIterator<Item = S>)
+where
+    S: Clone + Hash + Eq,
+    C: MetricConstructor<M>,
+{
+    for l in labels {
+        drop(family.get_or_create(&l));
+    }
 }
 
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -93,5 +130,29 @@ mod tests {
         );
         assert!(text.contains("# TYPE level gauge\nlevel 7\n"), "{text}");
         assert!(!text.contains("# EOF"));
+    }
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+    struct Tier {
+        tier: &'static str,
+    }
+
+    #[test]
+    fn a_family_is_on_the_page_before_its_first_count() {
+        let counted: Family<Tier, Counter> = Family::default();
+        let known: Family<Tier, Counter> = Family::default();
+        zeroed(&known, [Tier { tier: "ram" }, Tier { tier: "disk" }]);
+        let mut r = Registry::default();
+        register_metrics!(r,
+            "fallbacks" => counted, "Nothing counted yet";
+            "hits" => known, "Known values at 0";
+        );
+        let text = render(&r, None).unwrap().1;
+        assert!(text.contains("# TYPE fallbacks_total counter\n"), "{text}");
+        assert!(!text.contains("fallbacks_total{"), "{text}");
+        assert!(text.contains("hits_total{tier=\"ram\"} 0\n"), "{text}");
+        assert!(text.contains("hits_total{tier=\"disk\"} 0\n"), "{text}");
+        let open = render(&r, Some("application/openmetrics-text")).unwrap().1;
+        assert!(open.contains("# TYPE fallbacks counter\n"), "{open}");
     }
 }

@@ -83,6 +83,7 @@ pub fn build(
         }
         _ => None,
     };
+    let hop_limit = upstream.as_ref().map(|u| u.hop_limit);
     // A node that knows its cluster and its own entry in it asks a block's
     // runner-up before the origin (in either mode).
     let peers = match (cfg.cluster(), &reader, &self_id) {
@@ -224,7 +225,12 @@ pub fn build(
         builder.set_host(host);
     }
     let mut registry = prometheus_client::registry::Registry::default();
-    node.metrics.register(&mut registry);
+    let keys = match &auth {
+        AuthConfig::SigV4 { keys, .. } => &keys[..],
+        AuthConfig::None => &[],
+    };
+    let known = metrics::Known { keys, hop_limit };
+    node.metrics.register(&mut registry, &known);
     if let Some(b) = origin.budget() {
         b.metrics
             .register(registry.sub_registry_with_prefix("shoal_node_origin_budget"));

@@ -10,6 +10,9 @@ use prometheus_client::registry::Registry;
 use shoal::blocks::{DiskFailures, TierStats};
 use shoal::cluster::metrics::catch_up;
 
+use crate::access::limits::Limit;
+use crate::access::RefusalLabel;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodStatus {
     pub method: String,
@@ -29,6 +32,29 @@ pub struct KindLabel {
 pub const RAM: TierLabel = TierLabel { tier: "ram" };
 pub const DISK: TierLabel = TierLabel { tier: "disk" };
 pub const ORIGIN: TierLabel = TierLabel { tier: "origin" };
+
+/// What a request to the origin is for ([`Metrics::origin_request`]).
+const ORIGIN_KINDS: [&str; 7] = [
+    "block",
+    "range",
+    "head",
+    "list",
+    "bucket",
+    "object",
+    "cluster_head",
+];
+/// Which ops the metadata cache and its runner-up asks count.
+const METADATA_OPS: [&str; 2] = ["list", "head"];
+/// What the metadata cache did for a listing or a HEAD.
+const METADATA_RESULTS: [&str; 3] = ["hit", "miss", "coalesced"];
+
+/// What the node knows at start that labels its series.
+pub struct Known<'a> {
+    /// The keys of `[auth]` (none without authentication).
+    pub keys: &'a [shoal::config::AuthKey],
+    /// A gateway's hop limit: its misses are forwarded with hop counts below it.
+    pub hop_limit: Option<u32>,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MetadataLabel {
@@ -194,6 +220,10 @@ impl Metrics {
     }
 
     pub fn origin_request(&self, kind: &'static str) {
+        debug_assert!(
+            ORIGIN_KINDS.contains(&kind),
+            "{kind} is not in ORIGIN_KINDS"
+        );
         self.origin_requests
             .get_or_create(&KindLabel { kind })
             .inc();
@@ -240,6 +270,7 @@ impl Metrics {
     }
 
     pub fn metadata_request(&self, op: &'static str, result: &'static str) {
+        debug_assert!(METADATA_OPS.contains(&op) && METADATA_RESULTS.contains(&result));
         self.metadata_requests
             .get_or_create(&MetadataLabel { op, result })
             .inc();
@@ -295,7 +326,71 @@ impl Metrics {
         catch_up(&self.expired_token_retries, c.forced);
     }
 
-    pub fn register(&self, r: &mut Registry) {
+    /// Every series of a labelled family whose label values the node knows,
+    /// at 0 from the start; a family whose values are not known in advance
+    /// (requests by status) is on the page with no series until its first.
+    fn zero_known(&self, known: &Known) {
+        use crate::access::trace::{Outcome, PeerFill};
+        use shoal::exposition::zeroed;
+        zeroed(&self.bytes_served, [RAM, DISK, ORIGIN]);
+        for f in [&self.hits, &self.misses, &self.evictions] {
+            zeroed(f, [RAM, DISK]);
+        }
+        for f in [&self.cache_bytes, &self.cache_capacity_bytes] {
+            zeroed(f, [RAM, DISK]);
+        }
+        let kinds = |ks: &[&'static str]| {
+            ks.iter()
+                .map(|&kind| KindLabel { kind })
+                .collect::<Vec<_>>()
+        };
+        zeroed(&self.origin_requests, kinds(&ORIGIN_KINDS));
+        zeroed(&self.invalidations, kinds(&["local", "fanout"]));
+        zeroed(&self.fanout_batches, kinds(&["ok", "failed"]));
+        zeroed(&self.warmed_blocks, kinds(&["ok", "failed"]));
+        let writes = crate::api::forwarded_writes::Kind::ALL.map(|k| k.label());
+        zeroed(&self.writes, kinds(&writes));
+        zeroed(
+            &self.cache_status,
+            Outcome::ALL.map(|o| CacheLabel { status: o.name() }),
+        );
+        let results = PeerFill::ALL.map(|r| ResultLabel { result: r.name() });
+        zeroed(&self.peer_fills, results.clone());
+        zeroed(&self.owner_fills, results);
+        for op in METADATA_OPS {
+            zeroed(
+                &self.metadata_requests,
+                METADATA_RESULTS.map(|result| MetadataLabel { op, result }),
+            );
+            let fills = PeerFill::ALL.map(|r| MetadataLabel {
+                op,
+                result: r.name(),
+            });
+            zeroed(&self.peer_metadata_fills, fills);
+        }
+        if let Some(limit) = known.hop_limit {
+            zeroed(&self.forwarded, (0..limit).map(|hop| HopLabel { hop }));
+        }
+        if !known.keys.is_empty() {
+            let refusal = |key: &str, reason| RefusalLabel {
+                key: key.to_owned(),
+                reason,
+            };
+            zeroed(&self.refusals, [refusal("", "unsigned")]);
+            for k in known.keys {
+                let key = &k.credentials.access_key_id;
+                zeroed(&self.key_requests, [KeyLabel { key: key.clone() }]);
+                let limits = &k.limits;
+                let reasons = std::iter::once("scope")
+                    .chain(limits.requests.map(|_| Limit::Requests.name()))
+                    .chain(limits.bytes.map(|_| Limit::Bytes.name()));
+                zeroed(&self.refusals, reasons.map(|r| refusal(key, r)));
+            }
+        }
+    }
+
+    pub fn register(&self, r: &mut Registry, known: &Known) {
+        self.zero_known(known);
         self.build_info
             .get_or_create(&VersionLabel {
                 version: env!("CARGO_PKG_VERSION"),

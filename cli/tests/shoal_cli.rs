@@ -212,7 +212,7 @@ async fn route_agrees_with_where_the_block_landed() {
     let warm = shoal(&cfg, &["warm", &format!("s3://{BUCKET}/one/")]).await;
     assert!(warm.status.success());
     for addr in nodes.0.iter().map(|n| &n.addr) {
-        let fetched = metric_or_zero(
+        let fetched = metric(
             &scrape(addr).await,
             "shoal_node_origin_requests_total{kind=\"block\"}",
         );

@@ -25,6 +25,23 @@ pub struct OpLabel {
     pub op: &'static str,
 }
 
+/// The FUSE operations the filesystem runs on its runtime, timed.
+const TIMED_OPS: [&str; 5] = ["lookup", "getattr", "open", "read", "opendir"];
+/// Those it answers at once, counted only.
+const OTHER_OPS: [&str; 11] = [
+    "forget",
+    "batch_forget",
+    "release",
+    "readdir",
+    "readdirplus",
+    "releasedir",
+    "statfs",
+    "flush",
+    "getxattr",
+    "listxattr",
+    "access",
+];
+
 pub struct MountMetrics {
     /// FUSE operation latency in seconds, by operation.
     pub op_seconds: Family<OpLabel, Histogram>,
@@ -78,16 +95,23 @@ impl Default for MountMetrics {
 
 impl MountMetrics {
     pub fn count_op(&self, op: &'static str) {
+        debug_assert!(TIMED_OPS.contains(&op) || OTHER_OPS.contains(&op), "{op}");
         self.ops.get_or_create(&OpLabel { op }).inc();
     }
 
     pub fn observe_op(&self, op: &'static str, took: Duration) {
+        debug_assert!(TIMED_OPS.contains(&op), "{op}");
         self.op_seconds
             .get_or_create(&OpLabel { op })
             .observe(took.as_secs_f64());
     }
 
     fn register(&self, r: &mut Registry) {
+        // Every operation a series from the start.
+        let ops = |o: &[&'static str]| o.iter().map(|&op| OpLabel { op }).collect::<Vec<_>>();
+        shoal::exposition::zeroed(&self.op_seconds, ops(&TIMED_OPS));
+        shoal::exposition::zeroed(&self.ops, ops(&TIMED_OPS));
+        shoal::exposition::zeroed(&self.ops, ops(&OTHER_OPS));
         let p = r.sub_registry_with_prefix("shoal_mount");
         shoal::register_metrics!(p,
             "op_seconds" => self.op_seconds, "FUSE operation latency, by operation";

@@ -17,9 +17,17 @@ Serves, for requests bearing token T:
 and, to change the store:
   PUT    /_test/slices/NS/NAME  {"service", "port_name", "port",
                                  "endpoints": [{"address", "ready", "zone"}]}
+                                (no port and no endpoints: the placeholder the
+                                controller leaves for a Service with no pod)
   DELETE /_test/slices/NS/NAME
   POST   /_test/expire          forgets the history, as a restart of the API
 Each request is logged to stderr: its status, method and path.
+
+Objects are written as the API server writes them, its Go types through Go's
+encoding/json: a list field without omitempty ("endpoints", "ports") is null
+when it holds nothing, an unset pointer field ("zone", "nodeName", a
+condition) is left out. An endpoint's conditions are the controller's for a
+pod: ready and serving as "ready", not terminating.
 """
 import argparse
 import http.server
@@ -33,6 +41,17 @@ SERVICE_LABEL = "kubernetes.io/service-name"
 BOOKMARK_EVERY = 1.0
 
 
+def go_list(items):
+    """A Go list field without omitempty: null when it holds nothing (what an
+    empty one is once stored)."""
+    return items or None
+
+
+def status(code, reason, message):
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
 class Store:
     def __init__(self):
         self.cond = threading.Condition()
@@ -42,17 +61,32 @@ class Store:
         self.history = []  # (version, ns, service, type, object)
 
     def obj(self, ns, name, version, spec):
+        def endpoint(e):
+            ready = bool(e.get("ready", True))
+            out = {"addresses": [e["address"]],
+                   "conditions": {"ready": ready, "serving": ready, "terminating": False},
+                   "targetRef": {"kind": "Pod", "namespace": ns,
+                                 "name": "pod-" + e["address"].replace(".", "-")}}
+            if e.get("zone"):
+                out["zone"] = e["zone"]
+            return out
+
+        ports = []
+        if spec.get("port") is not None:
+            ports.append({"name": spec.get("port_name", ""), "protocol": "TCP",
+                          "port": int(spec["port"])})
         return {
             "kind": "EndpointSlice",
             "apiVersion": "discovery.k8s.io/v1",
-            "metadata": {"name": name, "namespace": ns, "resourceVersion": str(version),
-                         "labels": {SERVICE_LABEL: spec["service"]}},
+            "metadata": {"name": name, "generateName": spec["service"] + "-", "namespace": ns,
+                         "resourceVersion": str(version), "generation": version,
+                         "creationTimestamp": "2025-01-01T00:00:00Z",
+                         "labels": {SERVICE_LABEL: spec["service"],
+                                    "endpointslice.kubernetes.io/managed-by":
+                                        "endpointslice-controller.k8s.io"}},
             "addressType": "IPv4",
-            "endpoints": [{"addresses": [e["address"]],
-                           "conditions": {"ready": bool(e.get("ready", True))},
-                           **({"zone": e["zone"]} if e.get("zone") else {})}
-                          for e in spec.get("endpoints", [])],
-            "ports": [{"name": spec["port_name"], "port": int(spec["port"]), "protocol": "TCP"}],
+            "endpoints": go_list([endpoint(e) for e in spec.get("endpoints") or []]),
+            "ports": go_list(ports),
         }
 
     def put(self, ns, name, spec):
@@ -118,7 +152,7 @@ def main():
         def authorized(self):
             if self.headers.get("Authorization") == "Bearer " + a.token:
                 return True
-            self.send(401, {"kind": "Status", "code": 401, "message": "Unauthorized"})
+            self.send(401, status(401, "Unauthorized", "Unauthorized"))
             return False
 
         def do_GET(self):
@@ -128,19 +162,19 @@ def main():
             q = dict(urllib.parse.parse_qsl(url.query))
             parts = url.path.strip("/").split("/")
             if url.path == "/api/v1/nodes/" + a.node:
-                return self.send(200, {"kind": "Node", "metadata": {
+                return self.send(200, {"kind": "Node", "apiVersion": "v1", "metadata": {
                     "name": a.node, "labels": {"topology.kubernetes.io/zone": a.zone}}})
             if parts[:4] == ["apis", "discovery.k8s.io", "v1", "namespaces"] and \
                     len(parts) == 6 and parts[5] == "endpointslices":
                 sel = q.get("labelSelector", "")
                 if not sel.startswith(SERVICE_LABEL + "="):
-                    return self.send(400, {"kind": "Status", "code": 400,
-                                           "message": "a service-name selector is required here"})
+                    return self.send(400, status(400, "BadRequest",
+                                                 "a service-name selector is required here"))
                 ns, svc = parts[4], sel.split("=", 1)[1]
                 if q.get("watch") in ("1", "true"):
                     return self.watch(ns, svc, q)
                 return self.send(200, store.listing(ns, svc))
-            self.send(404, {"kind": "Status", "code": 404, "message": "not found"})
+            self.send(404, status(404, "NotFound", "the server could not find the requested resource"))
 
         def watch(self, ns, svc, q):
             rv = q.get("resourceVersion", "")
@@ -158,10 +192,8 @@ def main():
             try:
                 with store.cond:
                     if not rv.isdigit() or int(rv) < store.expired_at:
-                        line({"type": "ERROR", "object": {
-                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": "Expired", "code": 410,
-                            "message": "too old resource version"}})
+                        line({"type": "ERROR",
+                              "object": status(410, "Expired", "too old resource version")})
                         return
                     seen, epoch = int(rv), store.expired_at
                 while time.monotonic() < end:
@@ -177,9 +209,11 @@ def main():
                             line({"type": kind, "object": obj})
                     seen = version
                     if bookmarks and not new:
+                        # An empty slice at Go's zero values, but its version.
                         line({"type": "BOOKMARK", "object": {
                             "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
-                            "metadata": {"resourceVersion": str(seen)}}})
+                            "metadata": {"resourceVersion": str(seen), "creationTimestamp": None},
+                            "addressType": "", "endpoints": None, "ports": None}})
             except (BrokenPipeError, ConnectionResetError):
                 pass
 

@@ -1,6 +1,7 @@
 """A real cluster on loopback for the tests: the test origin (a real S3 server)
 and shoal-node processes, from the workspace's release build."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,6 +32,52 @@ def _wait(what, ok, timeout=20):
             return
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not start")
+
+
+def sample(text, series):
+    """The value of ``series`` (name and labels, as exposed) in a Prometheus
+    page. Every series a process knows is on its page from the start: one that
+    is not there is misspelt, and fails."""
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if not line.startswith("#") and name == series:
+            return float(value)
+    raise AssertionError(f"{series} is not on the page:\n{text}")
+
+
+def family_sum(text, name):
+    """The sum of every sample of ``name``, whatever its labels (0 for a
+    family declared with none yet); a family not on the page fails."""
+    values = [
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if not line.startswith("#") and line.rpartition(" ")[0].split("{")[0] == name
+    ]
+    declared = any(line.split()[2:3] in ([name], [name.removesuffix("_total")])
+                   for line in text.splitlines() if line.startswith("# TYPE "))
+    assert values or declared, f"no family {name} on the page:\n{text}"
+    return sum(values)
+
+
+def from_origin(client):
+    """Bytes a client read from the origin itself (its fallbacks)."""
+    return sample(client.metrics(), 'shoal_client_bytes_total{source="origin"}')
+
+
+def from_nodes(client):
+    return sample(client.metrics(), 'shoal_client_bytes_total{source="node"}')
+
+
+def _settled(look, timeout=10):
+    """``look()`` once two looks 50 ms apart agree (what was in flight has landed)."""
+    deadline = time.time() + timeout
+    last = look()
+    while True:
+        time.sleep(0.05)
+        now = look()
+        if now == last or time.time() > deadline:
+            return now
+        last = now
 
 
 def _healthy(addr):
@@ -164,6 +211,50 @@ ram_size = "64MiB"
             for r in self.origin_stats()["requests"]
             if r["method"] == "HEAD" and r["key"].startswith(prefix)
         )
+
+    def node_page(self, i):
+        with urllib.request.urlopen(f"http://{self.nodes[i]}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def live(self):
+        return [i for i in range(len(self.nodes)) if self.procs[f"node{i}"].poll() is None]
+
+    def counts(self):
+        """(body bytes the live nodes served, object GETs they asked of the
+        origin, object GETs the origin answered), once settled."""
+
+        def look():
+            served = asked = 0.0
+            for i in self.live():
+                page = self.node_page(i)
+                served += family_sum(page, "shoal_node_bytes_served_total")
+                for kind in ("block", "range", "object"):
+                    asked += sample(page, f'shoal_node_origin_requests_total{{kind="{kind}"}}')
+            return served, asked, self.origin_gets()
+
+        return _settled(look)
+
+    @contextlib.contextmanager
+    def through_nodes(self, least=1, client=None):
+        """The reads in the ``with`` went through the nodes: they served at
+        least ``least`` body bytes, every object GET the origin answered was
+        one of theirs, and ``client`` (when the reads are its own, not forked
+        workers') read no byte from the origin itself, and no more from the
+        nodes than they say they served."""
+        served, asked, gets = self.counts()
+        own = (from_origin(client), from_nodes(client)) if client is not None else None
+        yield
+        served2, asked2, gets2 = self.counts()
+        assert served2 - served >= least, f"the nodes served {served2 - served} bytes, not {least} or more"
+        if client is not None:
+            took = from_nodes(client) - own[1]
+            assert served2 - served >= took, f"the client took {took} bytes from nodes that served {served2 - served}"
+        assert gets2 - gets == asked2 - asked, (
+            f"the origin answered {gets2 - gets} object GETs, the nodes asked {asked2 - asked}: "
+            "a client read the origin itself"
+        )
+        if client is not None:
+            assert from_origin(client) == own[0], "the client read from the origin itself"
 
     def stop(self):
         for p in self.procs.values():

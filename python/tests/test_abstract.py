@@ -65,6 +65,12 @@ class Seeded(ShoalFileSystem):
 
 
 class ShoalFixtures(abstract.AbstractFixtures):
+    @pytest.fixture(autouse=True)
+    def through_the_nodes(self, cluster, fs):
+        """Whatever a test reads comes from the nodes, never the origin itself."""
+        with cluster.through_nodes(least=0, client=fs.client):
+            yield
+
     @pytest.fixture
     def fs(self, cluster, writer):
         fs = Seeded(config=cluster.config_path, skip_instance_cache=True)

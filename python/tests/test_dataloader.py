@@ -16,6 +16,8 @@ from cluster import Cluster
 from shoal.datasets import ShoalIterableDataset, ShoalMapDataset
 
 OBJECTS, WORKERS, BATCH = 2000, 4, 32
+# Each object's size, by path: what the nodes must serve for a pass over them.
+SIZES = {}
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,8 @@ def loaded():
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda kv: s3.put_object(Bucket="shoal-py", Key=kv[0], Body=kv[1]), bodies.items()))
     want = {f"shoal-py/{k}": hashlib.md5(v).hexdigest() for k, v in bodies.items()}
+    global SIZES
+    SIZES = {f"shoal-py/{k}": len(v) for k, v in bodies.items()}
     yield c, f"shoal-py/{prefix}", want
     c.stop()
 
@@ -76,12 +80,17 @@ def test_map_dataset_epochs_through_forked_workers(loaded):
     assert ds[0] == want[ds.path(0)]
     under = prefix.split("/", 1)[1]
     gets, heads = cluster.origin_gets(under), cluster.origin_heads(under)
-    first = map_epoch(ds)
+    # The workers read from the nodes: every byte of every object served but
+    # the parent's (its RAM tier forked into each worker).
+    least = sum(SIZES.values()) - SIZES[ds.path(0)]
+    with cluster.through_nodes(least=least):
+        first = map_epoch(ds)
     assert {ds.path(i): d for i, d in first.items()} == want
     print(f"epoch 1: {cluster.origin_gets(under) - gets} origin GETs, {cluster.origin_heads(under) - heads} HEADs")
 
     gets, heads = cluster.origin_gets(under), cluster.origin_heads(under)
-    second = map_epoch(ds)
+    with cluster.through_nodes(least=least):
+        second = map_epoch(ds)
     assert second == first
     print(f"epoch 2: {cluster.origin_gets(under) - gets} origin GETs, {cluster.origin_heads(under) - heads} HEADs")
     assert cluster.origin_gets(under) - gets == 0, "epoch 2 went to the origin"
@@ -103,8 +112,9 @@ def test_iterable_dataset_gives_each_worker_a_share(loaded):
     cluster, prefix, want = loaded
     global _dataset
     _dataset = ShoalIterableDataset(cluster.config_path, prefix=prefix, transform=digest, data="bytes", ahead=16)
-    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
-        shares = pool.map(_iter_share, range(WORKERS))
+    with cluster.through_nodes(least=sum(SIZES.values())):
+        with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+            shares = pool.map(_iter_share, range(WORKERS))
     seen = [s for share in shares for s, _, _ in share]
     assert sorted(seen) == sorted(want.values())
     assert all(pid == rt for share in shares for _, pid, rt in share)
@@ -115,7 +125,8 @@ def test_keys_datasets_and_bad_arguments(loaded):
     cluster, prefix, want = loaded
     keys = sorted(want)[:5]
     ds = ShoalMapDataset(cluster.config_dict(), keys=[f"shoal://{k}" for k in keys], data="bytes")
-    assert [digest(*ds[i]) for i in range(5)] == [want[k] for k in keys]
+    with cluster.through_nodes(least=sum(SIZES[k] for k in keys), client=ds.client):
+        assert [digest(*ds[i]) for i in range(5)] == [want[k] for k in keys]
     with pytest.raises(FileNotFoundError):
         ShoalMapDataset(cluster.config_path, keys=[f"{prefix}/missing"])[0]
     with pytest.raises(ValueError, match="prefix or a list of keys"):

@@ -39,26 +39,37 @@ def parquet(cluster, tmp_path_factory):
     return local, prefix
 
 
+def fresh(cluster):
+    """A ``shoal://`` filesystem of its own: a client whose RAM tier holds
+    nothing yet, so that what it reads comes from the nodes."""
+    return fsspec.filesystem("shoal", config=cluster.config_path, skip_instance_cache=True)
+
+
 def test_pandas(cluster, parquet):
     local, prefix = parquet
     want = pd.read_parquet(local / "part-0.parquet")
-    got = pd.read_parquet(f"shoal://{prefix}/part-0.parquet", storage_options={"config": cluster.config_path})
+    # (pandas reads through fsspec's instance for these options.)
+    client = fsspec.filesystem("shoal", config=cluster.config_path).client
+    with cluster.through_nodes(client=client):
+        got = pd.read_parquet(f"shoal://{prefix}/part-0.parquet", storage_options={"config": cluster.config_path})
     pd.testing.assert_frame_equal(got, want)
-    cols = pd.read_parquet(
-        f"shoal://{prefix}/part-1.parquet",
-        columns=["id", "value"],
-        storage_options={"config": cluster.config_path},
-    )
+    with cluster.through_nodes(client=client):
+        cols = pd.read_parquet(
+            f"shoal://{prefix}/part-1.parquet",
+            columns=["id", "value"],
+            storage_options={"config": cluster.config_path},
+        )
     pd.testing.assert_frame_equal(cols, pd.read_parquet(local / "part-1.parquet", columns=["id", "value"]))
 
 
 def test_pyarrow_dataset(cluster, parquet):
     local, prefix = parquet
-    fs = fsspec.filesystem("shoal", config=cluster.config_path)
+    fs = fresh(cluster)
     remote = ds.dataset(prefix, format="parquet", filesystem=fs)
     here = ds.dataset(str(local), format="parquet")
     flt = ds.field("group") == 7
-    got = remote.to_table(columns=["id", "value"], filter=flt).sort_by("id")
+    with cluster.through_nodes(client=fs.client):
+        got = remote.to_table(columns=["id", "value"], filter=flt).sort_by("id")
     want = here.to_table(columns=["id", "value"], filter=flt).sort_by("id")
     assert got.equals(want)
     assert remote.count_rows() == here.count_rows() == 300_000
@@ -66,8 +77,8 @@ def test_pyarrow_dataset(cluster, parquet):
 
 def test_polars(cluster, parquet):
     local, prefix = parquet
-    fs = fsspec.filesystem("shoal", config=cluster.config_path)
-    with fs.open(f"{prefix}/part-0.parquet") as f:
+    fs = fresh(cluster)
+    with cluster.through_nodes(client=fs.client), fs.open(f"{prefix}/part-0.parquet") as f:
         got = pl.read_parquet(f)
     want = pl.read_parquet(local / "part-0.parquet")
     assert got.equals(want)
@@ -83,8 +94,10 @@ def test_polars(cluster, parquet):
 def test_duckdb(cluster, parquet):
     local, prefix = parquet
     con = duckdb.connect()
-    con.register_filesystem(fsspec.filesystem("shoal", config=cluster.config_path))
+    fs = fresh(cluster)
+    con.register_filesystem(fs)
     q = "SELECT \"group\", count(*), round(sum(value), 6), min(name) FROM read_parquet('{}') GROUP BY 1 ORDER BY 1"
-    got = con.sql(q.format(f"shoal://{prefix}/*.parquet")).fetchall()
+    with cluster.through_nodes(client=fs.client):
+        got = con.sql(q.format(f"shoal://{prefix}/*.parquet")).fetchall()
     want = con.sql(q.format(f"{local}/*.parquet")).fetchall()
     assert got == want and len(got) == 50

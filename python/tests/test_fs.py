@@ -11,6 +11,7 @@ import urllib.request
 import fsspec
 import pytest
 
+from cluster import sample
 from conftest import put
 from shoal import Client
 from shoal.datasets import open_stream
@@ -23,11 +24,12 @@ def data(n, seed=0):
     return random.Random(seed).randbytes(n)
 
 
-def test_reads_whole_ranges_and_seeks_match_the_object(fs, s3, base):
+def test_reads_whole_ranges_and_seeks_match_the_object(cluster, fs, s3, base):
     body = data(3 * MiB + 12345)
     put(s3, f"{base}/obj.bin", body)
     path = f"shoal://{base}/obj.bin"
-    assert fs.cat_file(path) == body
+    with cluster.through_nodes(least=len(body), client=fs.client):
+        assert fs.cat_file(path) == body
     assert fs.cat_file(path, start=MiB - 10, end=MiB + 10) == body[MiB - 10 : MiB + 10]
     assert fs.cat_file(path, start=-100) == body[-100:]
     assert fs.cat_file(path, start=10, end=-10) == body[10:-10]
@@ -46,12 +48,12 @@ def test_reads_whole_ranges_and_seeks_match_the_object(fs, s3, base):
         assert f.read() == body
 
 
-def test_readinto_fills_a_callers_buffer(fs, s3, base):
+def test_readinto_fills_a_callers_buffer(cluster, fs, s3, base):
     import numpy as np
 
     body = data(2 * MiB + 100, 12)
     put(s3, f"{base}/into", body)
-    with fs.open(f"{base}/into") as f:
+    with cluster.through_nodes(least=len(body), client=fs.client), fs.open(f"{base}/into") as f:
         f.seek(5)
         buf = bytearray(MiB)
         assert f.readinto(buf) == MiB and bytes(buf) == body[5 : MiB + 5]
@@ -68,7 +70,7 @@ def test_a_sequential_read_fetches_ahead_and_a_random_one_only_its_bytes(cluster
     put(s3, f"{base}/seq.bin", body)
     put(s3, f"{base}/rand.bin", body)
     fs = ShoalFileSystem(config=cluster.config_path, skip_instance_cache=True)
-    with fs.open(f"{base}/seq.bin") as f:
+    with cluster.through_nodes(least=len(body), client=fs.client), fs.open(f"{base}/seq.bin") as f:
         assert b"".join(iter(lambda: f.read(256 << 10), b"")) == body
     m = fs.client.metrics()
     prefetched = [line for line in m.splitlines() if line.startswith("shoal_client_prefetched")]
@@ -76,7 +78,7 @@ def test_a_sequential_read_fetches_ahead_and_a_random_one_only_its_bytes(cluster
     # Small reads far apart: each asks its node for a small range (the read
     # and the file's 128 KiB read-ahead), not for whole blocks.
     sent = fetched(fs)
-    with fs.open(f"{base}/rand.bin") as f:
+    with cluster.through_nodes(least=3 * 4096, client=fs.client), fs.open(f"{base}/rand.bin") as f:
         for at in (9 * MiB + 5, 3 * MiB + 7, 6 * MiB + 11):
             f.seek(at)
             assert f.read(4096) == body[at : at + 4096]
@@ -93,14 +95,15 @@ def fetched(fs):
     )
 
 
-def test_cat_ranges_reads_many_ranges_at_once_and_returns_failures(fs, s3, base):
+def test_cat_ranges_reads_many_ranges_at_once_and_returns_failures(cluster, fs, s3, base):
     a, b = data(2 * MiB, 3), data(100_000, 4)
     put(s3, f"{base}/a", a)
     put(s3, f"{base}/b", b)
     paths = [f"{base}/a", f"{base}/b", f"{base}/a", f"{base}/missing"]
     starts = [0, 10, MiB + 1, 0]
     ends = [100, 20_000, 2 * MiB, 10]
-    out = fs.cat_ranges(paths, starts, ends)
+    with cluster.through_nodes(least=100 + 19_990 + MiB - 1, client=fs.client):
+        out = fs.cat_ranges(paths, starts, ends)
     assert out[0] == a[:100]
     assert out[1] == b[10:20_000]
     assert out[2] == a[MiB + 1 :]
@@ -111,9 +114,15 @@ def test_cat_ranges_reads_many_ranges_at_once_and_returns_failures(fs, s3, base)
         fs.cat_ranges(paths, starts[:2], ends)
 
 
+def listings(fs, source):
+    """Listing pages the client had from ``source`` (node, origin)."""
+    return sample(fs.client.metrics(), f'shoal_client_metadata_requests_total{{op="list",source="{source}"}}')
+
+
 def test_listings_info_find_and_glob_go_through_the_nodes(fs, s3, base):
     for k in ["x/1.txt", "x/2.txt", "x/y/3.txt", "z.txt"]:
         put(s3, f"{base}/{k}", k.encode())
+    from_nodes, from_origin = listings(fs, "node"), listings(fs, "origin")
     assert fs.ls(base, detail=False) == [f"{base}/x", f"{base}/z.txt"]
     listed = {i["name"]: i for i in fs.ls(f"{base}/x")}
     assert listed[f"{base}/x/y"]["type"] == "directory"
@@ -134,13 +143,17 @@ def test_listings_info_find_and_glob_go_through_the_nodes(fs, s3, base):
         fs.ls(f"{base}/nothing")
     with pytest.raises(FileNotFoundError):
         fs.ls("no-such-bucket-here")
+    # Pages came from the nodes, none from the origin instead.
+    assert listings(fs, "node") > from_nodes
+    assert listings(fs, "origin") == from_origin
 
 
-def test_get_copies_a_tree(fs, s3, base, tmp_path):
+def test_get_copies_a_tree(cluster, fs, s3, base, tmp_path):
     files = {"d/a.bin": data(MiB + 3, 5), "d/e/b.bin": data(10, 6)}
     for k, v in files.items():
         put(s3, f"{base}/{k}", v)
-    fs.get(f"{base}/d", str(tmp_path / "out"), recursive=True)
+    with cluster.through_nodes(least=MiB + 13, client=fs.client):
+        fs.get(f"{base}/d", str(tmp_path / "out"), recursive=True)
     assert (tmp_path / "out" / "a.bin").read_bytes() == files["d/a.bin"]
     assert (tmp_path / "out" / "e" / "b.bin").read_bytes() == files["d/e/b.bin"]
 
@@ -201,10 +214,11 @@ def test_bad_configs_and_paths_are_clear_errors(cluster, tmp_path):
 def test_a_dict_config_reads_as_the_file_does(cluster, s3, base):
     put(s3, f"{base}/d", b"dict")
     fs = fsspec.filesystem("shoal", config=cluster.config_dict(), skip_instance_cache=True)
-    assert fs.cat_file(f"shoal://{base}/d") == b"dict"
+    with cluster.through_nodes(least=4, client=fs.client):
+        assert fs.cat_file(f"shoal://{base}/d") == b"dict"
 
 
-def test_an_open_file_reads_its_version_or_fails_with_estale(fs, s3, base):
+def test_an_open_file_reads_its_version_or_fails_with_estale(cluster, fs, s3, base):
     old, new = data(3 * MiB, 7), data(3 * MiB, 8)
     path = f"{base}/changing"
     put(s3, path, old)
@@ -225,10 +239,11 @@ def test_an_open_file_reads_its_version_or_fails_with_estale(fs, s3, base):
             assert f._reader.read(10, 60) == old[10:60]
         except OSError as e:
             assert e.errno == errno.ESTALE
-    # A new open reads the new version.
-    with fs.open(path) as f:
-        assert f.read() == new
-    assert fs.cat_file(path) == new
+    # A new open reads the new version, from the nodes.
+    with cluster.through_nodes(least=len(new), client=fs.client):
+        with fs.open(path) as f:
+            assert f.read() == new
+        assert fs.cat_file(path) == new
 
 
 def test_the_gil_is_released_while_bytes_are_awaited(cluster, fs, s3, base):
@@ -244,7 +259,8 @@ def test_the_gil_is_released_while_bytes_are_awaited(cluster, fs, s3, base):
         t = threading.Thread(target=spin)
         t.start()
         t0 = time.monotonic()
-        fs.cat_file(f"{base}/slow")
+        with cluster.through_nodes(least=2 * MiB, client=fs.client):
+            fs.cat_file(f"{base}/slow")
         took = time.monotonic() - t0
         stop.set()
         t.join()
@@ -268,13 +284,16 @@ def set_delay(cluster, ms):
 def test_a_stream_gives_an_object_in_order(cluster, s3, base):
     body = data(5 * MiB + 1, 10)
     put(s3, f"{base}/s", body)
-    s = open_stream(cluster.config_path, f"shoal://{base}/s")
-    assert s.size == len(body)
-    assert s.read(10) == body[:10]
-    assert b"".join(s.chunks()) == body[10:]
+    with cluster.through_nodes(least=len(body)):
+        s = open_stream(cluster.config_path, f"shoal://{base}/s")
+        assert s.size == len(body)
+        assert s.read(10) == body[:10]
+        assert b"".join(s.chunks()) == body[10:]
     h = hashlib.sha256()
-    for chunk in Client(cluster.config_path).stream("shoal-py", f"{base.split('/', 1)[1]}/s"):
-        h.update(chunk)
+    client = Client(cluster.config_path)
+    with cluster.through_nodes(least=len(body), client=client):
+        for chunk in client.stream("shoal-py", f"{base.split('/', 1)[1]}/s"):
+            h.update(chunk)
     assert h.digest() == hashlib.sha256(body).digest()
 
 
@@ -287,12 +306,13 @@ def _read_open_file(args):
     return _open_file.read(n), os.getpid(), _open_file.fs.client.runtime_pid()
 
 
-def test_an_open_file_and_its_client_work_in_a_forked_child(fs, s3, base):
+def test_an_open_file_and_its_client_work_in_a_forked_child(cluster, fs, s3, base):
     import multiprocessing
 
     body = data(3 * MiB, 11)
     put(s3, f"{base}/forked", body)
-    with fs.open(f"{base}/forked") as f:
+    # The children's reads too: theirs are blocks the parent has not read.
+    with cluster.through_nodes(least=1000 + 5000 + 70_000, client=fs.client), fs.open(f"{base}/forked") as f:
         assert f.read(1000) == body[:1000]
         parent_runtime = fs.client.runtime_pid()
         assert parent_runtime == os.getpid()
@@ -318,7 +338,8 @@ def test_threads_read_at_once_through_one_client(cluster, s3, base):
         put(s3, k, v)
     # Every call releases the GIL while it waits: the reads overlap.
     fs = ShoalFileSystem(config=cluster.config_path, skip_instance_cache=True)
-    with ThreadPoolExecutor(8) as pool:
-        got = list(pool.map(lambda k: fs.cat_file(k), bodies))
+    with cluster.through_nodes(least=sum(map(len, bodies.values())), client=fs.client):
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda k: fs.cat_file(k), bodies))
     assert got == list(bodies.values())
     assert fs.client.runtime_pid() == os.getpid()

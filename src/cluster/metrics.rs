@@ -50,6 +50,18 @@ pub enum Fallback {
 }
 
 impl Fallback {
+    /// Each, for their series at 0 from the start.
+    pub const ALL: [Fallback; 8] = [
+        Fallback::Connect,
+        Fallback::FirstByte,
+        Fallback::Stall,
+        Fallback::Error,
+        Fallback::Down,
+        Fallback::NoNodes,
+        Fallback::ZoneDown,
+        Fallback::Shed,
+    ];
+
     pub fn label(self) -> CauseLabel {
         CauseLabel {
             cause: match self {
@@ -69,6 +81,8 @@ impl Fallback {
 pub const RAM: SourceLabel = SourceLabel { source: "ram" };
 pub const NODE: SourceLabel = SourceLabel { source: "node" };
 pub const ORIGIN: SourceLabel = SourceLabel { source: "origin" };
+/// What a metadata request is ([`ClusterMetrics::metadata`]).
+pub const METADATA_OPS: [&str; 2] = ["list", "head"];
 
 pub struct ClusterMetrics {
     /// Blocks delivered, by where they came from.
@@ -170,7 +184,39 @@ impl ClusterMetrics {
         catch_up(&self.breaker_trips, r.breaker_trips.load(Relaxed));
     }
 
+    /// Every series whose label values are known, at 0: sources, causes,
+    /// metadata ops, and (again at each scrape, as membership changes) the
+    /// nodes ranked now.
+    fn zero_known(&self) {
+        use crate::exposition::zeroed;
+        for f in [&self.blocks, &self.bytes] {
+            zeroed(f, [RAM, NODE, ORIGIN]);
+        }
+        let causes = Fallback::ALL.map(Fallback::label);
+        zeroed(&self.fallbacks, causes.clone());
+        zeroed(&self.metadata_fallbacks, causes);
+        for op in METADATA_OPS {
+            let sources = [NODE, ORIGIN].map(|s| MetadataLabel {
+                op,
+                source: s.source,
+            });
+            zeroed(&self.metadata, sources);
+        }
+    }
+
+    /// Each of `nodes` (the ranked ones) a series of the per-node families.
+    pub fn zero_nodes<'a>(&self, nodes: impl IntoIterator<Item = &'a str>) {
+        for node in nodes {
+            let l = NodeLabel {
+                node: node.to_owned(),
+            };
+            crate::exposition::zeroed(&self.node_requests, [l.clone()]);
+            crate::exposition::zeroed(&self.node_failures, [l]);
+        }
+    }
+
     pub fn register(&self, r: &mut Registry) {
+        self.zero_known();
         let p = r.sub_registry_with_prefix("shoal_client");
         crate::register_metrics!(p,
             "blocks" => self.blocks, "Blocks delivered, by source";

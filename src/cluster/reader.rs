@@ -206,6 +206,7 @@ impl ClusterReader {
         metrics::catch_up(&self.metrics.buffers_allocated, pool.allocated);
         metrics::catch_up(&self.metrics.buffers_reused, pool.reused);
         let nodes = self.router().nodes();
+        self.metrics.zero_nodes(nodes.iter().map(|n| n.id()));
         self.metrics.nodes.set(nodes.len() as i64);
         self.metrics
             .nodes_up

@@ -2,7 +2,9 @@
 //! ServiceAccount read (`GET /api/v1/namespaces/NS/serviceaccounts/NAME`), for
 //! the role its `eks.amazonaws.com/role-arn` annotation names, and a Node read
 //! (`GET /api/v1/nodes/NAME`), for its zone label. Requests must carry the
-//! plugin's bearer token, as the API server wants.
+//! plugin's bearer token, as the API server wants. Objects are written as the
+//! API server's Go encoding writes them: an empty map (`labels`,
+//! `annotations`, both `omitempty`) is left out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -134,10 +136,7 @@ fn node_read(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if bearer != Some(token) {
-        return reply(
-            StatusCode::UNAUTHORIZED,
-            r#"{"kind":"Status","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#.into(),
-        );
+        return reply(StatusCode::UNAUTHORIZED, UNAUTHORIZED.into());
     }
     *reads.lock().unwrap() += 1;
     match nodes.lock().unwrap().get(name) {
@@ -146,17 +145,38 @@ fn node_read(
             serde_json::json!({
                 "kind": "Node",
                 "apiVersion": "v1",
-                "metadata": {"name": name, "labels": labels},
+                "metadata": meta(name, None, "labels", labels),
             })
             .to_string(),
         ),
         None => reply(
             StatusCode::NOT_FOUND,
             format!(
-                r#"{{"kind":"Status","status":"Failure","message":"nodes \"{name}\" not found","reason":"NotFound","code":404}}"#
+                r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"nodes \"{name}\" not found","reason":"NotFound","details":{{"name":"{name}","kind":"nodes"}},"code":404}}"#
             ),
         ),
     }
+}
+
+/// What the API answers a request without the token.
+const UNAUTHORIZED: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
+
+/// An object's metadata with map `field` (labels, annotations) left out when
+/// empty, as `omitempty` does.
+fn meta(
+    name: &str,
+    namespace: Option<&str>,
+    field: &str,
+    map: &HashMap<String, String>,
+) -> serde_json::Value {
+    let mut m = serde_json::json!({ "name": name });
+    if let Some(ns) = namespace {
+        m["namespace"] = ns.into();
+    }
+    if !map.is_empty() {
+        m[field] = serde_json::json!(map);
+    }
+    m
 }
 
 fn answer(
@@ -178,17 +198,14 @@ fn answer(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if bearer != Some(token) {
-        return reply(
-            StatusCode::UNAUTHORIZED,
-            r#"{"kind":"Status","status":"Failure","reason":"Unauthorized","code":401}"#.into(),
-        );
+        return reply(StatusCode::UNAUTHORIZED, UNAUTHORIZED.into());
     }
     let path = req.uri().path().to_owned();
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let ["api", "v1", "namespaces", ns, "serviceaccounts", name] = parts[..] else {
         return reply(
             StatusCode::NOT_FOUND,
-            r#"{"kind":"Status","code":404}"#.into(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#.into(),
         );
     };
     *reads.lock().unwrap() += 1;
@@ -198,14 +215,14 @@ fn answer(
             serde_json::json!({
                 "kind": "ServiceAccount",
                 "apiVersion": "v1",
-                "metadata": {"name": name, "namespace": ns, "annotations": ann},
+                "metadata": meta(name, Some(ns), "annotations", ann),
             })
             .to_string(),
         ),
         None => reply(
             StatusCode::NOT_FOUND,
             format!(
-                r#"{{"kind":"Status","status":"Failure","message":"serviceaccounts \"{name}\" not found","reason":"NotFound","code":404}}"#
+                r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"serviceaccounts \"{name}\" not found","reason":"NotFound","details":{{"name":"{name}","kind":"serviceaccounts"}},"code":404}}"#
             ),
         ),
     }

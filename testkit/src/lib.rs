@@ -26,7 +26,7 @@ pub use config::{
 };
 pub use corpus::replay_corpus;
 pub use data::data;
-pub use endpoint_slices::{EndpointSlicesApi, SliceEndpoint};
+pub use endpoint_slices::{Conditions, EndpointSlicesApi, SliceEndpoint, SlicePort};
 pub use kube::KubeApi;
 pub use metrics::{metric, metric_or_zero, metric_required, metric_sum, scrape};
 pub use moto::Moto;

@@ -21,20 +21,39 @@ pub fn metric_required(text: &str, series: &str) -> f64 {
     metric(text, series)
 }
 
-/// Like [`metric`], but 0 for a labelled series not counted yet: the exposition
-/// leaves a labelled family out, `# TYPE` line and all, until its first count,
-/// so such a series cannot be told from a misspelt one. A zero read this way
-/// proves nothing alone: assert it beside a series that must be there. An
-/// unlabelled series, always on the page, must be.
+/// Like [`metric`], but 0 for a series of a family that has counted nothing
+/// yet: one whose label values are not known in advance (requests by status,
+/// say), declared on the page with no series until its first count. Every
+/// family a process knows is on its page from the start, each label value it
+/// knows at 0, so a series missing from a family that has series is misspelt
+/// (a label or a value), and one of a family not on the page is misspelt or
+/// renamed: both fail the test with the page. A zero read here still proves
+/// nothing alone: assert it beside a series that must have counted.
 pub fn metric_or_zero(text: &str, series: &str) -> f64 {
-    find(text, series).unwrap_or_else(|| {
-        let name = series.split_once('{').map_or(series, |(n, _)| n);
-        assert!(
-            series.contains('{') || declared(text, name),
-            "{series} missing from:\n{text}"
-        );
-        0.0
-    })
+    if let Some(v) = find(text, series) {
+        return v;
+    }
+    let name = series.split_once('{').map_or(series, |(n, _)| n);
+    assert!(
+        declared(text, name),
+        "{series}: no family {name} is declared on the page (misspelt, or renamed?):\n{text}"
+    );
+    let others = samples(text, name);
+    assert!(
+        others.is_empty(),
+        "{series} is not on the page, though its family has {others:?} \
+         (a misspelt label or value?):\n{text}"
+    );
+    0.0
+}
+
+/// The samples (name and labels) of metric `name` in `text`.
+fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series))
+        .filter(|series| series.split_once('{').map_or(*series, |(n, _)| n) == name)
+        .collect()
 }
 
 /// The sum of every sample of metric `name` in `text`, whatever its labels: 0 for
@@ -96,11 +115,24 @@ mod tests {
         }
     }
 
+    /// The panic message of `f`.
+    fn panic_of(f: impl FnOnce() -> f64 + std::panic::UnwindSafe) -> String {
+        let e = std::panic::catch_unwind(f).expect_err("it did not fail");
+        e.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
     #[test]
-    fn zero_only_for_a_declared_family() {
+    fn zero_only_for_a_declared_family_with_no_series_yet() {
         assert_eq!(metric_or_zero(PAGE, "fallbacks_total{cause=\"down\"}"), 0.0);
         assert_eq!(metric_or_zero(PAGE, "hits_total{tier=\"ram\"}"), 3.0);
         assert!(std::panic::catch_unwind(|| metric_or_zero(PAGE, "opne")).is_err());
+        // Misspelt: the family, a label's value, a label's name.
+        let e = panic_of(|| metric_or_zero(PAGE, "hit_total{tier=\"ram\"}"));
+        assert!(e.contains("no family hit_total is declared"), "{e}");
+        for misspelt in ["hits_total{tier=\"rma\"}", "hits_total{teir=\"ram\"}"] {
+            let e = panic_of(|| metric_or_zero(PAGE, misspelt));
+            assert!(e.contains("though its family has"), "{e}");
+        }
         assert_eq!(metric_sum(PAGE, "hits_total"), 7.0);
         assert_eq!(metric_sum(PAGE, "fallbacks_total"), 0.0);
         assert!(std::panic::catch_unwind(|| metric_sum(PAGE, "fallback_total")).is_err());

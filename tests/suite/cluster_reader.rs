@@ -66,7 +66,7 @@ fn counter(r: &ClusterReader, series: &str) -> f64 {
     r.metrics.register(&mut reg);
     let mut s = String::new();
     prometheus_client::encoding::text::encode(&mut s, &reg).unwrap();
-    metric_or_zero(&s, series)
+    metric(&s, series)
 }
 
 /// Reads `start..end` as a stream, checking every chunk against `want`, and returns

@@ -28,6 +28,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Each, for their series at 0 from the start.
+    pub const ALL: [Outcome; 4] = [Outcome::Hit, Outcome::Miss, Outcome::Stale, Outcome::Bypass];
+
     pub fn name(self) -> &'static str {
         match self {
             Outcome::Hit => "hit",
@@ -66,6 +69,14 @@ pub enum PeerFill {
 }
 
 impl PeerFill {
+    /// Each, for their series at 0 from the start.
+    pub const ALL: [PeerFill; 4] = [
+        PeerFill::Hit,
+        PeerFill::Miss,
+        PeerFill::Timeout,
+        PeerFill::Error,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             PeerFill::Hit => "hit",

@@ -95,7 +95,22 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn label(self) -> &'static str {
+    /// Each, for their series at 0 from the start.
+    pub const ALL: [Kind; 11] = [
+        Kind::Put,
+        Kind::Part,
+        Kind::Copy,
+        Kind::PartCopy,
+        Kind::Create,
+        Kind::Complete,
+        Kind::Abort,
+        Kind::Delete,
+        Kind::DeleteMany,
+        Kind::Bucket,
+        Kind::ObjectSubresource,
+    ];
+
+    pub fn label(self) -> &'static str {
         match self {
             Kind::Put => "put",
             Kind::Part => "multipart_part",

@@ -110,7 +110,7 @@ async fn a_key_over_its_rate_gets_slowdown_and_the_others_do_not_wait() {
             Duration::from_secs(30),
             || async {
                 let m = scrape(&addr).await;
-                metric_or_zero(
+                metric(
                     &m,
                     "shoal_node_refusals_total{key=\"hammer\",reason=\"requests\"}",
                 ) > 0.0

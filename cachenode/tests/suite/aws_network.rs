@@ -441,16 +441,21 @@ async fn cluster_proxy_carries_node_traffic_and_aws_ca_bundle_trusts_cluster_tls
 }
 
 /// That a gateway's `blocks` cluster blocks all came from its node, none from the
-/// origin: counted as the node's (a series that must be there), and no fallback
-/// of any cause (a family left off the page until its first count).
+/// origin: counted as the node's, and no fallback of any cause.
 fn every_block_from_the_node(text: &str, blocks: u64) {
     assert_eq!(
         metric(text, "shoal_client_blocks_total{source=\"node\"}"),
         blocks as f64,
         "blocks from the node:\n{text}"
     );
-    assert!(
-        !text.contains("shoal_client_fallbacks_total{"),
+    assert_eq!(
+        metric(text, "shoal_client_blocks_total{source=\"origin\"}"),
+        0.0,
+        "a block came from the origin:\n{text}"
+    );
+    assert_eq!(
+        metric_sum(text, "shoal_client_fallbacks_total"),
+        0.0,
         "a block fell back to the origin:\n{text}"
     );
 }

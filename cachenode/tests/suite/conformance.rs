@@ -1016,7 +1016,7 @@ async fn write_suite(endpoint: &str, access: &str, secret: &str) -> usize {
                     assert!(got.is_ok(), "{dest} through {addr}: {got:?}");
                 }
             }
-            let batches = metric_or_zero(
+            let batches = metric(
                 &scrape(gateway.addr).await,
                 "shoal_node_fanout_batches_total{kind=\"ok\"}",
             );
@@ -1034,7 +1034,7 @@ async fn write_suite(endpoint: &str, access: &str, secret: &str) -> usize {
                     "the write's invalidations",
                     Duration::from_secs(20),
                     || async {
-                        metric_or_zero(
+                        metric(
                             &scrape(gateway.addr).await,
                             "shoal_node_fanout_batches_total{kind=\"ok\"}",
                         ) >= want

@@ -142,7 +142,7 @@ async fn a_joining_node_fills_from_previous_owners_not_the_origin() {
     let others: f64 = ["miss", "timeout", "error"]
         .iter()
         .map(|r| {
-            metric_or_zero(
+            metric(
                 &text,
                 &format!("shoal_node_peer_fills_total{{result=\"{r}\"}}"),
             )
@@ -245,7 +245,7 @@ async fn get(node: &TestNode, key: &str, etag: &str) -> Result<Bytes, StoreError
 fn peer_fills(node: &TestNode, result: &str) -> f64 {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &node.app.registry).unwrap();
-    metric_or_zero(
+    metric(
         &text,
         &format!("shoal_node_peer_fills_total{{result=\"{result}\"}}"),
     )
@@ -759,7 +759,7 @@ async fn nodes_stopped_and_started_in_turn_cost_the_origin_only_while_away() {
     let joined = fleet.origin_bytes();
     let text = scrape(&fleet.id(3)).await;
     let hits = metric(&text, "shoal_node_peer_fills_total{result=\"hit\"}");
-    let misses = metric_or_zero(&text, "shoal_node_peer_fills_total{result=\"miss\"}");
+    let misses = metric(&text, "shoal_node_peer_fills_total{result=\"miss\"}");
     let ratio = joined as f64 / total as f64;
     eprintln!(
         "join after restarts: origin bytes {joined} for {total} ({ratio:.3}x); peer fills {hits} hit, {misses} miss"

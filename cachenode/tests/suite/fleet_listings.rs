@@ -130,7 +130,7 @@ async fn a_joining_node_takes_listings_and_heads_from_previous_owners() {
     let (lists_after, heads_after) = metadata_requests(&origins);
     let text = scrape(&addrs[3]).await;
     let fills = |op: &str, r: &str| {
-        metric_or_zero(
+        metric(
             &text,
             &format!("shoal_node_peer_metadata_fills_total{{op=\"{op}\",result=\"{r}\"}}"),
         )

@@ -56,10 +56,10 @@ async fn writer_and_reader(
     (owners, a, b)
 }
 
-/// A labelled counter appears at its first count: until then 0, if its family
-/// is on the page at all.
+/// A series of the node's page (every one these tests read is there from the
+/// start).
 async fn value(addr: SocketAddr, series: &str) -> f64 {
-    metric_or_zero(&scrape(addr).await, series)
+    metric(&scrape(addr).await, series)
 }
 
 /// Polls a metric until it reaches `want` (never a blind sleep).
@@ -199,12 +199,14 @@ async fn gateways_listing_each_other_forward_at_most_once() {
     for n in [&a, &b] {
         let text = scrape(n.addr).await;
         assert!(metric(&text, "shoal_node_hop_requests_total") > 0.0);
-        assert!(metric(&text, "shoal_node_forwarded_total{hop=\"0\"}") > 0.0);
-        // What arrived from the other gateway was served, never sent back.
+        let first = metric(&text, "shoal_node_forwarded_total{hop=\"0\"}");
+        assert!(first > 0.0);
+        // What arrived from the other gateway was served, never sent back:
+        // every forward was of a request that came from a client.
         assert!(metric(&text, "shoal_node_hop_limited_total") > 0.0);
         assert_eq!(
-            metric_or_zero(&text, "shoal_node_forwarded_total{hop=\"1\"}"),
-            0.0,
+            metric_sum(&text, "shoal_node_forwarded_total"),
+            first,
             "{}: a forwarded request was forwarded again",
             n.addr
         );
@@ -226,7 +228,7 @@ async fn gateways_listing_each_other_forward_at_most_once() {
         let text = scrape(n.addr).await;
         assert!(metric(&text, "shoal_node_owned_misses_total") > 0.0);
         assert_eq!(
-            metric_or_zero(
+            metric(
                 &text,
                 &format!("shoal_client_node_requests_total{{node=\"{}\"}}", n.addr)
             ),
@@ -444,8 +446,8 @@ async fn eventual_mode_fetches_alone_and_still_shares_invalidations() {
     for n in [&n1, &n2] {
         let t = scrape(n.addr).await;
         assert_eq!(metric(&t, "shoal_node_cluster_fetches_total"), 0.0);
-        filled += metric_or_zero(&t, "shoal_node_peer_fills_total{result=\"hit\"}");
-        filled += metric_or_zero(&t, "shoal_node_owner_fills_total{result=\"hit\"}");
+        filled += metric(&t, "shoal_node_peer_fills_total{result=\"hit\"}");
+        filled += metric(&t, "shoal_node_owner_fills_total{result=\"hit\"}");
     }
     let gets = origin.stats.snapshot().gets_of(BUCKET, "e/obj") as f64;
     assert_eq!(
@@ -669,8 +671,8 @@ async fn a_zone_reads_only_its_nodes_and_falls_back_to_the_origin_when_they_are_
     };
     assert_eq!(in_a, 6.0, "zone a's nodes fetched every block");
     let asked = |t: &str| {
-        metric_or_zero(t, "shoal_node_misses_total{tier=\"ram\"}")
-            + metric_or_zero(t, "shoal_node_hits_total{tier=\"ram\"}")
+        metric(t, "shoal_node_misses_total{tier=\"ram\"}")
+            + metric(t, "shoal_node_hits_total{tier=\"ram\"}")
     };
     assert_eq!(
         asked(&scrape(b_node.addr).await),
@@ -719,8 +721,8 @@ async fn a_purge_reaches_every_zone_while_reads_stay_in_their_own() {
     let na = start_node_on(&cfg("zone-a"), la).await;
     let nb = start_node_on(&cfg("zone-b"), lb).await;
     let asked = |t: &str| {
-        metric_or_zero(t, "shoal_node_misses_total{tier=\"ram\"}")
-            + metric_or_zero(t, "shoal_node_hits_total{tier=\"ram\"}")
+        metric(t, "shoal_node_misses_total{tier=\"ram\"}")
+            + metric(t, "shoal_node_hits_total{tier=\"ram\"}")
     };
     // A cold read through the zone-b node asks no zone-a node: the origin sends
     // every block to zone b, and zone a's node is asked nothing.
@@ -863,7 +865,7 @@ async fn bad_purges_and_hop_counts_are_refused_and_change_nothing() {
     let t = scrape(node.addr).await;
     for kind in ["fanout", "local"] {
         let series = format!("shoal_node_invalidations_total{{kind=\"{kind}\"}}");
-        assert_eq!(metric_or_zero(&t, &series), 0.0, "{t}");
+        assert_eq!(metric(&t, &series), 0.0, "{t}");
     }
     origin.stats.reset();
     get(node.addr, "keep/a", None).await.unwrap();
@@ -1017,7 +1019,7 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
     let t = scrape(gw.addr).await;
     assert_eq!(metric(&t, "shoal_node_cluster_fetches_total"), 0.0);
     assert_eq!(
-        metric_or_zero(&t, "shoal_client_blocks_total{source=\"node\"}"),
+        metric(&t, "shoal_client_blocks_total{source=\"node\"}"),
         0.0
     );
     // A missing key is an answer from the owner, not a fallback.
@@ -1025,13 +1027,18 @@ async fn a_head_through_a_gateway_asks_the_owner_and_moves_no_block() {
         .head_object(&GetObject::new(BUCKET, "h/none"))
         .await;
     assert!(matches!(missing, Err(ref e) if matches!(e.cause(), StoreError::NoSuchKey { .. })));
-    assert_eq!(
-        metric_or_zero(
-            &scrape(gw.addr).await,
-            "shoal_client_fallbacks_total{cause=\"error\"}"
-        ),
-        0.0
+    // Both HEADs asked of an owner, neither read from the origin instead.
+    let t = scrape(gw.addr).await;
+    let series = "shoal_node_origin_requests_total{kind=\"cluster_head\"}";
+    assert_eq!(metric(&t, series), 2.0, "{t}");
+    assert!(
+        metric_sum(&t, "shoal_client_node_requests_total") >= 2.0,
+        "{t}"
     );
+    for family in ["fallbacks", "metadata_fallbacks"] {
+        let all = metric_sum(&t, &format!("shoal_client_{family}_total"));
+        assert_eq!(all, 0.0, "{t}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,7 @@ mod hot_object;
 mod hot_set;
 mod index_first;
 mod metadata;
+mod metrics_page;
 mod node;
 mod origin_budget;
 mod process;

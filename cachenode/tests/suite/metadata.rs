@@ -193,10 +193,10 @@ async fn fifty_identical_listings_at_once_cost_the_origin_one() {
     assert_eq!(o.stats.snapshot().lists() - before, 1, "one origin LIST");
     assert!(bodies.iter().all(|b| *b == bodies[0]));
     let m = scrape(n.addr).await;
-    let joined = metric_or_zero(
+    let joined = metric(
         &m,
         "shoal_node_metadata_requests_total{op=\"list\",result=\"coalesced\"}",
-    ) + metric_or_zero(
+    ) + metric(
         &m,
         "shoal_node_metadata_requests_total{op=\"list\",result=\"hit\"}",
     );

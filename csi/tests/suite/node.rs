@@ -475,13 +475,13 @@ fn dir_bytes(p: &std::path::Path) -> u64 {
 }
 
 /// Requests a node sent to the origin for blocks and ranges (what it fetched to
-/// serve reads).
+/// serve reads): series on the page from the start.
 pub(crate) async fn origin_fetches(node: &NodeProcess) -> f64 {
     let page = scrape(&node.addr).await;
     ["block", "range", "object"]
         .iter()
         .map(|k| {
-            metric_or_zero(
+            metric(
                 &page,
                 &format!("shoal_node_origin_requests_total{{kind=\"{k}\"}}"),
             )
@@ -492,8 +492,8 @@ pub(crate) async fn origin_fetches(node: &NodeProcess) -> f64 {
 /// Block lookups a node answered from its RAM or disk tier.
 async fn node_hits(node: &NodeProcess) -> f64 {
     let page = scrape(&node.addr).await;
-    metric_or_zero(&page, "shoal_node_hits_total{tier=\"ram\"}")
-        + metric_or_zero(&page, "shoal_node_hits_total{tier=\"disk\"}")
+    metric(&page, "shoal_node_hits_total{tier=\"ram\"}")
+        + metric(&page, "shoal_node_hits_total{tier=\"disk\"}")
 }
 
 /// Publishes `data/` at a fresh target of pod `pod`, reads every file of it

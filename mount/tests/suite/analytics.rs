@@ -189,7 +189,7 @@ async fn reads_of_a_few_kib_anywhere_cost_at_most_a_block_from_the_nodes() {
         &["--metrics-addr", &addr],
     );
     let from_nodes = || async {
-        metric_or_zero(
+        metric(
             &scrape(&addr).await,
             "shoal_client_bytes_total{source=\"node\"}",
         ) as u64
@@ -237,7 +237,7 @@ async fn settled_cost(mount: &str, node: &str) -> u64 {
         (
             metric_sum(&m, "shoal_client_node_requests_total"),
             metric_sum(&n, "shoal_node_key_requests_total"),
-            metric_or_zero(&m, "shoal_client_bytes_total{source=\"node\"}"),
+            metric(&m, "shoal_client_bytes_total{source=\"node\"}"),
             metric_sum(&n, "shoal_node_bytes_served_total"),
         )
     };

@@ -9,9 +9,49 @@ use std::os::unix::fs::OpenOptionsExt;
 use crate::common::*;
 use shoal_testorigin::FaultSettings;
 
-/// Metrics of the mount at `addr`, as numbers by series.
+/// Metrics of the mount at `addr`, as numbers by series (each on the page).
 async fn value(addr: &str, series: &str) -> f64 {
-    metric_or_zero(&scrape(addr).await, series)
+    metric(&scrape(addr).await, series)
+}
+
+/// A mount's page before its first read: every FUSE operation it answers,
+/// every source and fallback cause its reader counts, a series at 0 or more.
+fn every_known_series_from_the_start(text: &str) {
+    for op in ["lookup", "getattr", "open", "read", "opendir"] {
+        metric(text, &format!("shoal_mount_ops_total{{op=\"{op}\"}}"));
+        metric(
+            text,
+            &format!("shoal_mount_op_seconds_count{{op=\"{op}\"}}"),
+        );
+    }
+    for op in [
+        "forget",
+        "release",
+        "readdirplus",
+        "statfs",
+        "listxattr",
+        "access",
+    ] {
+        metric(text, &format!("shoal_mount_ops_total{{op=\"{op}\"}}"));
+    }
+    for source in ["ram", "node", "origin"] {
+        metric(
+            text,
+            &format!("shoal_client_bytes_total{{source=\"{source}\"}}"),
+        );
+    }
+    for cause in [
+        "connect",
+        "first_byte",
+        "stall",
+        "error",
+        "down",
+        "no_nodes",
+        "shed",
+    ] {
+        let s = format!("shoal_client_fallbacks_total{{cause=\"{cause}\"}}");
+        assert_eq!(metric(text, &s), 0.0, "{s} before a read");
+    }
 }
 
 /// The copy path: page-cache reads come into the RAM tier first.
@@ -41,6 +81,7 @@ async fn cold_read_cuts_through(extra: &str) {
         )
         .replace("stall_timeout = \"1s\"", "stall_timeout = \"30s\"");
     let m = Mount::start(&toml, BUCKET, &["--metrics-addr", &addr]);
+    every_known_series_from_the_start(&scrape(&addr).await);
     // A block takes the origin eight seconds to send whole, in 256 KiB pieces
     // two seconds apart; what it has sent is counted as each piece starts.
     o.faults.set(FaultSettings {
@@ -65,9 +106,11 @@ async fn cold_read_cuts_through(extra: &str) {
         "the first 4 KiB came once the origin had sent {sent_then} of the block's {} bytes ({extra:?})",
         body.len()
     );
-    // And the mount's side of it: less than a block has come from the node
-    // (none, if it is counted when whole), and nothing was read from the
-    // origin by the mount itself.
+    // And the mount's side of it: it asked the node, less than a block has
+    // come from it (none, if it is counted when whole), and nothing was read
+    // from the origin by the mount itself.
+    let asked = metric_sum(&scrape(&addr).await, "shoal_client_node_requests_total");
+    assert!(asked >= 1.0, "the mount asked no node ({extra:?})");
     let from_node = value(&addr, "shoal_client_bytes_total{source=\"node\"}").await;
     assert!(
         from_node < (1 << 20) as f64,

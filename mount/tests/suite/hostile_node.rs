@@ -182,7 +182,7 @@ async fn read_file(path: std::path::PathBuf) -> std::io::Result<Vec<u8>> {
 
 async fn blocks_from(addr: &str, source: &str) -> f64 {
     let series = format!("shoal_client_blocks_total{{source=\"{source}\"}}");
-    metric_or_zero(&scrape(addr).await, &series)
+    metric(&scrape(addr).await, &series)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,7 +55,7 @@ async fn walk(root: &Path) -> String {
 }
 
 async fn listings(metrics: &str, source: &str) -> f64 {
-    metric_or_zero(
+    metric(
         &scrape(metrics).await,
         &format!("shoal_client_metadata_requests_total{{op=\"list\",source=\"{source}\"}}"),
     )
@@ -108,7 +108,7 @@ async fn a_second_mount_walks_the_tree_without_asking_the_origin() {
     // The nodes say what they did: the second walk's pages were hits.
     let mut hits = 0.0;
     for n in [&n1, &n2] {
-        hits += metric_or_zero(
+        hits += metric(
             &scrape(&n.addr).await,
             "shoal_node_metadata_requests_total{op=\"list\",result=\"hit\"}",
         );
@@ -257,7 +257,7 @@ const WALKED_FILES: usize = 250;
 
 /// How many requests of kind `op` a mount has had from the kernel.
 async fn ops(metrics: &str, op: &str) -> f64 {
-    metric_or_zero(
+    metric(
         &scrape(metrics).await,
         &format!("shoal_mount_ops_total{{op=\"{op}\"}}"),
     )
