@@ -45,6 +45,31 @@ system_root() {
   mv "$SYSTEM_ROOT.tmp" "$SYSTEM_ROOT"
 }
 
+# system_memory_cgroup NAME: on a host whose memory controller is cgroup v1's,
+# the memory cgroup that system NAME runs in, made if need be (a child of this
+# script's own), and prints its path; fails where the host's memory controller
+# is v2's. nspawn mounts a v1 memory hierarchy read-only in the container, so
+# its systemd could make no memory cgroup for a unit: MemoryMax= would hold
+# nothing and no unit's memory could be read. This one is mounted writable in
+# its place instead, and the system's units get v1 memory cgroups of their own
+# under it (on a v2 host nspawn delegates the container a cgroup, and systemd
+# uses memory.max there).
+system_memory_cgroup() {
+  local own
+  own=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
+  [ -n "$own" ] && [ -d /sys/fs/cgroup/memory ] || return 1
+  local cg=/sys/fs/cgroup/memory${own%/}/shoal-system-$1
+  mkdir -p "$cg" && echo "$cg"
+}
+
+# Removes system NAME's memory cgroup (once nothing runs in it), children first.
+system_memory_cgroup_remove() {
+  local cg
+  cg=$(system_memory_cgroup "$1") || return 0
+  find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  return 0
+}
+
 # system_boot NAME: boots (or boots again, keeping what the last boot wrote) the
 # system NAME; sets SYSTEM_LEADER (its PID 1, for nsenter) and SYSTEM_PID (the
 # nspawn process). Returns once systemd says it is running.
@@ -56,7 +81,17 @@ system_boot() {
   # --register=no --keep-unit: the host has no machined and no systemd to make a
   # scope; the host's loopback is shared, so origins started on the host are
   # reachable inside.
-  systemd-nspawn -D "$run/merged" -b --register=no --keep-unit --bind=/dev/fuse \
+  # Memory accounting for the system's units where the host's memory
+  # controller is v1's: nspawn in that memory cgroup, shown to the system in
+  # place of the read-only hierarchy nspawn would mount.
+  local memcg memory=()
+  if memcg=$(system_memory_cgroup "$name"); then
+    memory=(sh -c 'echo 0 >"$0/cgroup.procs" && exec "$@"' "$memcg")
+    memory+=(systemd-nspawn --tmpfs=/sys/fs/cgroup:mode=755 "--bind=$memcg:/sys/fs/cgroup/memory")
+  else
+    memory=(systemd-nspawn)
+  fi
+  "${memory[@]}" -D "$run/merged" -b --register=no --keep-unit --bind=/dev/fuse \
     --capability=all --machine="$name" >>"$run/console.log" 2>&1 </dev/null &
   SYSTEM_PID=$!
   SYSTEM_LEADER=
@@ -119,4 +154,5 @@ system_discard() {
   system_halt
   mountpoint -q "$run/merged" && umount "$run/merged"
   rm -rf "$run"
+  system_memory_cgroup_remove "$1"
 }

@@ -298,7 +298,9 @@ where
             if let Some(b) = self.ram_get(&key, touch) {
                 return Block::Held(b, Served::Ram);
             }
-            let (g, filler) = Growing::new(self.pool.take(len));
+            // Its buffer is taken when its first bytes come: a fetch waiting
+            // for its turn holds no memory.
+            let (g, filler) = Growing::lazy(&self.pool, len);
             all.insert(id.clone(), g.clone());
             (g, filler)
         };

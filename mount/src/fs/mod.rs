@@ -150,6 +150,7 @@ impl Fs {
                         // What the predecessor told the kernel is not known:
                         // keep every block.
                         page_cache: false,
+                        streaming: Default::default(),
                     },
                 ),
                 Err(e) => tracing::warn!(fh, key, "cannot reopen an open file: {e}"),
