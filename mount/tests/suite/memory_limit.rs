@@ -102,6 +102,9 @@ struct Run {
     /// Of the bytes the mount returned, those spliced from a node.
     spliced: f64,
     read: f64,
+    /// What the mount asked of the node: more than it read is blocks fetched
+    /// again (read-ahead pushed out before it was read).
+    fetched: f64,
 }
 
 /// One run of `case` by a mount in a fresh cgroup (held to `LIMIT` when
@@ -131,16 +134,18 @@ async fn run(
         used,
         spliced: metric_required(&text, "shoal_mount_spliced_bytes_total"),
         read: metric_required(&text, "shoal_mount_read_bytes_total"),
+        fetched: metric_required(&text, "shoal_client_bytes_total{source=\"node\"}"),
     };
     let replaced = m.server_pid() != server;
     m.stop(std::time::Duration::from_secs(10));
     eprintln!(
-        "{case}, {}: peak {} MiB, limit met {} times, {} OOM kills, {:.0}% spliced ({:?}, {:.1} s)",
+        "{case}, {}: peak {} MiB, limit met {} times, {} OOM kills, {:.0}% spliced, {:.2}x fetched ({:?}, {:.1} s)",
         if limited { "256 MiB limit" } else { "no limit" },
         used.peak / MIB,
         used.hit_limit,
         used.oom_kills,
         100.0 * run.spliced / run.read,
+        run.fetched / run.read,
         cg.version(),
         took.as_secs_f64(),
     );
