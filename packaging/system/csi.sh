@@ -394,28 +394,9 @@ check "the other 15 reads grew the page cache by under 1x the file ($((cached_al
 # nothing: what is checked is that the unit never met it (each time it did,
 # the kernel had to reclaim or kill), was never OOM-killed, and that the
 # counter is the unit's own: it peaked at least at what its processes hold of
-# their own memory now. Under CI a unit whose memory cannot be read fails.
-unit_memory() {
-  in_system bash -c "cg=\$(systemctl show -p ControlGroup --value '$1')
-    [ -n \"\$cg\" ] || exit 1
-    # What the cgroup's processes hold of their own now.
-    anon() {
-      local a=0 p
-      for p in \$(cat \$1/cgroup.procs); do
-        a=\$((a + \$(awk '\$1 == \"RssAnon:\" {print \$2 * 1024}' /proc/\$p/status 2>/dev/null || echo 0)))
-      done
-      echo \$a
-    }
-    for d in /sys/fs/cgroup\$cg /sys/fs/cgroup/unified\$cg; do
-      [ -r \$d/memory.peak ] && [ -r \$d/memory.events ] || continue
-      echo v2 \$(cat \$d/memory.peak) \$(awk '\$1 == \"max\" {print \$2}' \$d/memory.events) \$(awk '\$1 == \"oom_kill\" {print \$2}' \$d/memory.events) \$(anon \$d)
-      exit
-    done
-    d=/sys/fs/cgroup/memory\$cg
-    [ -r \$d/memory.max_usage_in_bytes ] || exit 1
-    echo v1 \$(cat \$d/memory.max_usage_in_bytes) \$(cat \$d/memory.failcnt) \$(awk '\$1 == \"oom_kill\" {print \$2}' \$d/memory.oom_control) \$(anon \$d)"
-}
-if read -r version peak met kills anon < <(unit_memory "$shared_unit") && [[ "$peak $met $kills $anon" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]; then
+# their own memory now (system_unit_memory, lib.sh). Under CI a unit whose
+# memory cannot be read fails.
+if read -r version peak met kills anon < <(system_unit_memory "$shared_unit") && [[ "$peak $met $kills $anon" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]; then
   echo "     $shared_unit ($version): peak $((peak >> 20)) MiB, limit met $met times, $kills OOM kills, $((anon >> 20)) MiB its processes' own now"
   check "$shared_unit was never OOM-killed ($kills)" test "$kills" = 0
   check "$shared_unit never met its MemoryMax of 256 MiB (met $met times, peak $((peak >> 20)) MiB)" \

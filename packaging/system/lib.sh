@@ -70,6 +70,32 @@ system_memory_cgroup_remove() {
   return 0
 }
 
+# system_unit_memory UNIT: what the cgroup of UNIT (a unit of the booted system)
+# counted of its memory, as "VERSION PEAK MET OOM_KILLS ANON": v2's memory.peak
+# and memory.events (max, oom_kill), else v1's max_usage_in_bytes, failcnt and
+# oom_control; ANON is what the cgroup's processes hold of their own now
+# (RssAnon). Fails when the unit has no memory accounting to read.
+system_unit_memory() {
+  in_system bash -c "cg=\$(systemctl show -p ControlGroup --value '$1')
+    [ -n \"\$cg\" ] || exit 1
+    # What the cgroup's processes hold of their own now.
+    anon() {
+      local a=0 p
+      for p in \$(cat \$1/cgroup.procs); do
+        a=\$((a + \$(awk '\$1 == \"RssAnon:\" {print \$2 * 1024}' /proc/\$p/status 2>/dev/null || echo 0)))
+      done
+      echo \$a
+    }
+    for d in /sys/fs/cgroup\$cg /sys/fs/cgroup/unified\$cg; do
+      [ -r \$d/memory.peak ] && [ -r \$d/memory.events ] || continue
+      echo v2 \$(cat \$d/memory.peak) \$(awk '\$1 == \"max\" {print \$2}' \$d/memory.events) \$(awk '\$1 == \"oom_kill\" {print \$2}' \$d/memory.events) \$(anon \$d)
+      exit
+    done
+    d=/sys/fs/cgroup/memory\$cg
+    [ -r \$d/memory.max_usage_in_bytes ] || exit 1
+    echo v1 \$(cat \$d/memory.max_usage_in_bytes) \$(cat \$d/memory.failcnt) \$(awk '\$1 == \"oom_kill\" {print \$2}' \$d/memory.oom_control) \$(anon \$d)"
+}
+
 # system_boot NAME: boots (or boots again, keeping what the last boot wrote) the
 # system NAME; sets SYSTEM_LEADER (its PID 1, for nsenter) and SYSTEM_PID (the
 # nspawn process). Returns once systemd says it is running.
