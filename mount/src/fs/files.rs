@@ -153,7 +153,8 @@ impl Fs {
             let (first, going) = (ra.is_fresh(), ra.sequential());
             let now = std::time::Instant::now();
             let ahead = ra.advance(offset, end, bs, base, max, now);
-            self.handles.stream(&f, ra.sequential());
+            // Spliced runs fetch nothing ahead here: not a share of it.
+            self.handles.stream(&f, ra.sequential() && pipe.is_none());
             tracing::trace!(fh, offset, len = end - offset, ?ahead, "read");
             // Whole blocks for a run that was going before this read, or a read
             // of a block's size in one: a small read that starts a run costs its
