@@ -16,6 +16,7 @@ use crate::kernel::{
 use crate::metrics::MountMetrics;
 use crate::passthrough::{BackingId, Open};
 use crate::pipes::Pipes;
+use crate::replies::Replies;
 
 /// FUSE requests carry at most this much: 256 pages, the kernel's limit here.
 pub const MAX_REQUEST: u32 = 1 << 20;
@@ -56,6 +57,7 @@ pub struct FuseFs {
     metrics: Arc<MountMetrics>,
     chan: Arc<Channel>,
     pipes: Arc<Pipes>,
+    replies: Replies,
 }
 
 impl FuseFs {
@@ -65,6 +67,7 @@ impl FuseFs {
         metrics: Arc<MountMetrics>,
         chan: Arc<Channel>,
         agreed: &Negotiated,
+        replies: Option<u64>,
     ) -> Self {
         if fs.has_disk() {
             if !agreed.passthrough() {
@@ -78,7 +81,11 @@ impl FuseFs {
             rt,
             metrics,
             chan,
-            pipes: Default::default(),
+            // An idle pipe per reply that may be in the making.
+            pipes: Arc::new(Pipes::new(
+                replies.map_or(crate::pipes::IDLE, |b| (b / MAX_REQUEST as u64) as usize),
+            )),
+            replies: Replies::new(replies),
         }
     }
 
@@ -161,8 +168,10 @@ impl crate::kernel::Filesystem for FuseFs {
     }
 
     fn read(&self, _h: &Header, fh: u64, offset: u64, size: u32, direct: bool, reply: ReplyData) {
-        let (fs, pipes) = (self.fs.clone(), self.pipes.clone());
+        let (fs, pipes, replies) = (self.fs.clone(), self.pipes.clone(), self.replies.clone());
         self.spawn("read", async move {
+            // The reply's memory first: past the budget, a read waits here.
+            let _lease = replies.lease(size).await;
             // A pipe only for what the page cache will keep.
             let mut pipe = if direct { None } else { pipes.take() };
             let head = |p: &mut Pipe, n: usize| p.prefix(&reply.header(n));

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod metrics;
 pub mod passthrough;
 pub mod pipes;
+pub mod replies;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -52,14 +53,30 @@ pub struct MountSpec {
     pub metrics_addr: Option<SocketAddr>,
 }
 
+/// What the cluster reader and the FUSE adapter are built with.
+#[derive(Clone, Debug)]
+pub struct ReaderBudgets {
+    /// The config's `[cluster]` (or the origin alone), its read window fitted.
+    pub cluster: Option<shoal::config::ClusterConfig>,
+    /// The RAM tier.
+    pub ram: u64,
+    /// Blocks in flight at once (`None`: the reader's default).
+    pub inflight_blocks: Option<usize>,
+    /// Bytes of FUSE replies made at once (`None`: no bound).
+    pub replies: Option<u64>,
+}
+
 impl MountSpec {
-    /// What the cluster reader is built with: the config's `[cluster]` (or the
-    /// origin alone) and the RAM tier, fitted to the memory limit if there is one.
-    pub fn reader_budgets(
-        &self,
-    ) -> Result<(Option<shoal::config::ClusterConfig>, u64, Option<usize>), String> {
+    /// The reader's and replies' budgets: the config's, fitted to the memory
+    /// limit if there is one ([`memory`]).
+    pub fn reader_budgets(&self) -> Result<ReaderBudgets, String> {
         let Some(limit) = self.memory_limit else {
-            return Ok((self.config.reader_cluster(), self.cache_size, None));
+            return Ok(ReaderBudgets {
+                cluster: self.config.reader_cluster(),
+                ram: self.cache_size,
+                inflight_blocks: None,
+                replies: None,
+            });
         };
         let mut cluster = self
             .config
@@ -70,10 +87,16 @@ impl MountSpec {
             cluster.block_size,
             self.cache_size,
             cluster.read_window,
+            self.config.mount.disk_cache.is_some(),
         )
         .map_err(|e| format!("--memory-limit: {e}"))?;
         cluster.read_window = b.read_window;
-        Ok((Some(cluster), b.ram, Some(b.inflight_blocks)))
+        Ok(ReaderBudgets {
+            cluster: Some(cluster),
+            ram: b.ram,
+            inflight_blocks: Some(b.inflight_blocks),
+            replies: Some(b.replies),
+        })
     }
 }
 

@@ -5,15 +5,25 @@ use std::sync::Mutex;
 
 use shoal::store::pipe::{Pipe, PIPE_BYTES};
 
-/// The most idle pipes kept: about the reads the kernel keeps in flight.
-const IDLE: usize = 96;
+/// The most idle pipes kept by default: about the reads the kernel keeps in
+/// flight.
+pub const IDLE: usize = 96;
 
-#[derive(Default)]
 pub struct Pipes {
     idle: Mutex<Vec<Pipe>>,
+    /// The most kept idle: each holds its ring of slots in the kernel.
+    keep: usize,
 }
 
 impl Pipes {
+    /// Pipes for reads, `keep` of them kept while idle.
+    pub fn new(keep: usize) -> Pipes {
+        Pipes {
+            idle: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
     /// An empty pipe that holds a whole reply, or none if the system will not
     /// make one (then the read goes the copying way).
     pub fn take(&self) -> Option<Pipe> {
@@ -36,7 +46,7 @@ impl Pipes {
             return;
         }
         let mut idle = self.idle.lock().unwrap();
-        if idle.len() < IDLE {
+        if idle.len() < self.keep {
             idle.push(pipe);
         }
     }

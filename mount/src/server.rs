@@ -114,6 +114,7 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
         metrics.clone(),
         chan.clone(),
         &agreed,
+        spec.reader_budgets()?.replies,
     ));
     // Without resend, a reader that dies must take its requests' end with it.
     let running = Running::start(chan.clone(), adapter, READERS, !agreed.resend())
@@ -193,25 +194,26 @@ async fn build(
         }
         None => None,
     };
-    let (cluster, ram_bytes, max_inflight_blocks) = spec.reader_budgets()?;
+    let budgets = spec.reader_budgets()?;
     if let Some(limit) = spec.memory_limit {
         tracing::info!(
             limit,
-            ram_tier = ram_bytes,
-            inflight_blocks = max_inflight_blocks,
-            read_window = cluster.as_ref().map(|c| c.read_window),
+            ram_tier = budgets.ram,
+            inflight_blocks = budgets.inflight_blocks,
+            replies = budgets.replies,
+            read_window = budgets.cluster.as_ref().map(|c| c.read_window),
             "budgets fitted to the memory limit"
         );
     }
     let reader = ClusterReader::new(
         origin,
-        cluster.as_ref(),
+        budgets.cluster.as_ref(),
         ReaderOptions {
-            ram_bytes,
+            ram_bytes: budgets.ram,
             disk: disk
                 .clone()
                 .map(|d| d as Arc<dyn shoal::blocks::BlockCache>),
-            max_inflight_blocks,
+            max_inflight_blocks: budgets.inflight_blocks,
             queue_wait: None,
             evicting: spec.config.evicting(),
         },

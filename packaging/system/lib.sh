@@ -45,6 +45,57 @@ system_root() {
   mv "$SYSTEM_ROOT.tmp" "$SYSTEM_ROOT"
 }
 
+# system_memory_cgroup NAME: on a host whose memory controller is cgroup v1's,
+# the memory cgroup that system NAME runs in, made if need be (a child of this
+# script's own), and prints its path; fails where the host's memory controller
+# is v2's. nspawn mounts a v1 memory hierarchy read-only in the container, so
+# its systemd could make no memory cgroup for a unit: MemoryMax= would hold
+# nothing and no unit's memory could be read. This one is mounted writable in
+# its place instead, and the system's units get v1 memory cgroups of their own
+# under it (on a v2 host nspawn delegates the container a cgroup, and systemd
+# uses memory.max there).
+system_memory_cgroup() {
+  local own
+  own=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
+  [ -n "$own" ] && [ -d /sys/fs/cgroup/memory ] || return 1
+  local cg=/sys/fs/cgroup/memory${own%/}/shoal-system-$1
+  mkdir -p "$cg" && echo "$cg"
+}
+
+# Removes system NAME's memory cgroup (once nothing runs in it), children first.
+system_memory_cgroup_remove() {
+  local cg
+  cg=$(system_memory_cgroup "$1") || return 0
+  find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  return 0
+}
+
+# system_unit_memory UNIT: what the cgroup of UNIT (a unit of the booted system)
+# counted of its memory, as "VERSION PEAK MET OOM_KILLS ANON": v2's memory.peak
+# and memory.events (max, oom_kill), else v1's max_usage_in_bytes, failcnt and
+# oom_control; ANON is what the cgroup's processes hold of their own now
+# (RssAnon). Fails when the unit has no memory accounting to read.
+system_unit_memory() {
+  in_system bash -c "cg=\$(systemctl show -p ControlGroup --value '$1')
+    [ -n \"\$cg\" ] || exit 1
+    # What the cgroup's processes hold of their own now.
+    anon() {
+      local a=0 p
+      for p in \$(cat \$1/cgroup.procs); do
+        a=\$((a + \$(awk '\$1 == \"RssAnon:\" {print \$2 * 1024}' /proc/\$p/status 2>/dev/null || echo 0)))
+      done
+      echo \$a
+    }
+    for d in /sys/fs/cgroup\$cg /sys/fs/cgroup/unified\$cg; do
+      [ -r \$d/memory.peak ] && [ -r \$d/memory.events ] || continue
+      echo v2 \$(cat \$d/memory.peak) \$(awk '\$1 == \"max\" {print \$2}' \$d/memory.events) \$(awk '\$1 == \"oom_kill\" {print \$2}' \$d/memory.events) \$(anon \$d)
+      exit
+    done
+    d=/sys/fs/cgroup/memory\$cg
+    [ -r \$d/memory.max_usage_in_bytes ] || exit 1
+    echo v1 \$(cat \$d/memory.max_usage_in_bytes) \$(cat \$d/memory.failcnt) \$(awk '\$1 == \"oom_kill\" {print \$2}' \$d/memory.oom_control) \$(anon \$d)"
+}
+
 # system_boot NAME: boots (or boots again, keeping what the last boot wrote) the
 # system NAME; sets SYSTEM_LEADER (its PID 1, for nsenter) and SYSTEM_PID (the
 # nspawn process). Returns once systemd says it is running.
@@ -56,7 +107,17 @@ system_boot() {
   # --register=no --keep-unit: the host has no machined and no systemd to make a
   # scope; the host's loopback is shared, so origins started on the host are
   # reachable inside.
-  systemd-nspawn -D "$run/merged" -b --register=no --keep-unit --bind=/dev/fuse \
+  # Memory accounting for the system's units where the host's memory
+  # controller is v1's: nspawn in that memory cgroup, shown to the system in
+  # place of the read-only hierarchy nspawn would mount.
+  local memcg memory=()
+  if memcg=$(system_memory_cgroup "$name"); then
+    memory=(sh -c 'echo 0 >"$0/cgroup.procs" && exec "$@"' "$memcg")
+    memory+=(systemd-nspawn --tmpfs=/sys/fs/cgroup:mode=755 "--bind=$memcg:/sys/fs/cgroup/memory")
+  else
+    memory=(systemd-nspawn)
+  fi
+  "${memory[@]}" -D "$run/merged" -b --register=no --keep-unit --bind=/dev/fuse \
     --capability=all --machine="$name" >>"$run/console.log" 2>&1 </dev/null &
   SYSTEM_PID=$!
   SYSTEM_LEADER=
@@ -119,4 +180,5 @@ system_discard() {
   system_halt
   mountpoint -q "$run/merged" && umount "$run/merged"
   rm -rf "$run"
+  system_memory_cgroup_remove "$1"
 }

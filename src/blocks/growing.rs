@@ -7,7 +7,9 @@
 //!
 //! A reader never sees bytes past what has arrived; the fetch's error ends every
 //! reader. The buffer goes back to its pool once the growing block and every
-//! slice of it are gone.
+//! slice of it are gone. A block made [`Growing::lazy`] takes its buffer from
+//! its pool only when its first bytes are written: a fetch waiting for its turn
+//! (a slot of the reader's in-flight budget) holds no memory.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,11 +18,14 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::sync::watch;
 
-use super::pool::Buffer;
+use super::pool::{Buffer, BufferPool};
 
 /// A block as its askers read it.
 pub struct Growing<E> {
-    buf: Buffer,
+    /// Set before the first byte is written, and never again.
+    buf: std::sync::OnceLock<Buffer>,
+    /// How long the block may grow.
+    cap: usize,
     /// Bytes `0..filled` are written and never written again; only the
     /// [`Filler`] writes, and only at `filled..`.
     filled: AtomicUsize,
@@ -35,6 +40,8 @@ pub struct Growing<E> {
 /// The one writer of a [`Growing`] block: appends at its end.
 pub struct Filler<E> {
     g: Arc<Growing<E>>,
+    /// Where the buffer comes from, for a block that has none yet.
+    pool: Option<BufferPool>,
 }
 
 /// What a slice of a growing block holds on to: the block (its buffer), and how
@@ -46,24 +53,48 @@ struct View<E> {
 
 impl<E> AsRef<[u8]> for View<E> {
     fn as_ref(&self) -> &[u8] {
+        let Some(buf) = self.g.buf.get() else {
+            return &[];
+        };
         // SAFETY: `len` was at most `filled` when the view was made; bytes below
         // `filled` are initialised and never written again, and the buffer lives
         // as long as `g`.
-        unsafe { std::slice::from_raw_parts(self.g.buf.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(buf.as_ptr(), self.len) }
     }
 }
 
 impl<E: Clone + Send + Sync + 'static> Growing<E> {
     /// A block to be filled into `buf`, and its writer.
     pub fn new(buf: Buffer) -> (Arc<Growing<E>>, Filler<E>) {
+        let cap = buf.len();
+        Self::made(std::sync::OnceLock::from(buf), cap, None)
+    }
+
+    /// A block of up to `len` bytes whose buffer is taken from `pool` when its
+    /// first bytes are written.
+    pub fn lazy(pool: &BufferPool, len: usize) -> (Arc<Growing<E>>, Filler<E>) {
+        Self::made(std::sync::OnceLock::new(), len, Some(pool.clone()))
+    }
+
+    fn made(
+        buf: std::sync::OnceLock<Buffer>,
+        cap: usize,
+        pool: Option<BufferPool>,
+    ) -> (Arc<Growing<E>>, Filler<E>) {
         let g = Arc::new(Growing {
             buf,
+            cap,
             filled: AtomicUsize::new(0),
             end: Mutex::new(None),
             changed: watch::channel(0).0,
             keep: std::sync::atomic::AtomicBool::new(true),
         });
-        (g.clone(), Filler { g })
+        (g.clone(), Filler { g, pool })
+    }
+
+    /// Whether the block holds a buffer yet.
+    pub fn has_buffer(&self) -> bool {
+        self.buf.get().is_some()
     }
 
     /// Bytes arrived so far.
@@ -77,7 +108,7 @@ impl<E: Clone + Send + Sync + 'static> Growing<E> {
 
     /// How long the block may grow.
     pub fn capacity(&self) -> usize {
-        self.buf.len()
+        self.cap
     }
 
     /// Bytes `lo..hi` of what has arrived, sharing the block's buffer.
@@ -219,15 +250,19 @@ impl<E: Clone + Send + Sync + 'static> Filler<E> {
     /// once [`commit`](Self::commit)ted.
     pub fn spare(&mut self) -> &mut [u8] {
         let filled = self.len();
+        let cap = self.g.capacity();
+        if filled == cap {
+            return &mut [];
+        }
+        let pool = &mut self.pool;
+        let buf = self.g.buf.get_or_init(|| match pool.take() {
+            Some(p) => p.take(cap),
+            None => Buffer::unpooled(cap),
+        });
         // SAFETY: this Filler is the block's only writer and `&mut self` keeps
         // this slice its only one; readers see only bytes below `filled`, which
         // the slice starts past. The memory is initialised (see `Buffer`).
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.g.buf.as_ptr().add(filled),
-                self.g.capacity() - filled,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(filled), cap - filled) }
     }
 
     /// The next `n` bytes of [`spare`](Self::spare) are written: readers may see
@@ -349,6 +384,26 @@ mod tests {
         let (g, _f) = Growing::<String>::new(pool.take(4));
         assert_eq!(pool.stats().reused, 1);
         drop(g);
+    }
+
+    #[tokio::test]
+    async fn a_lazy_block_takes_its_buffer_with_its_first_bytes() {
+        let pool = BufferPool::new(4, 4);
+        let (g, mut f) = Growing::<String>::lazy(&pool, 4);
+        assert!(!g.has_buffer());
+        assert_eq!((g.capacity(), f.remaining()), (4, 4));
+        assert_eq!(pool.stats().allocated, 0, "no memory before a byte");
+        f.push(b"ab").unwrap();
+        assert!(g.has_buffer());
+        assert_eq!(pool.stats().allocated, 1);
+        f.push(b"cd").unwrap();
+        g.finish(Ok(()));
+        assert_eq!(g.whole().await.unwrap(), "abcd");
+        // One that ends before any byte never takes one.
+        let (g, _f) = Growing::<String>::lazy(&pool, 4);
+        g.finish(Err("gone".into()));
+        assert!(g.whole().await.is_err());
+        assert_eq!(pool.stats().allocated, 1);
     }
 
     #[tokio::test]

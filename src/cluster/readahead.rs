@@ -99,8 +99,9 @@ impl Readahead {
     }
 
     /// Records a read of `offset..end` at `now` in blocks of `bs`, with the limit
-    /// starting at `base` and never past `max` blocks; returns the blocks to fetch
-    /// ahead now, as (first, count).
+    /// starting at `base` and never past `max` blocks, nor the window past the
+    /// `max` of this read; returns the blocks to fetch ahead now, as (first,
+    /// count).
     pub fn advance(
         &mut self,
         offset: u64,
@@ -132,7 +133,9 @@ impl Readahead {
             self.limit = base.clamp(1, max.max(1));
         }
         self.adapt(end - offset, bs, max.max(1), now);
-        self.window = (self.window * 2).clamp(1, self.limit);
+        // `max` may have shrunk since the limit was learned (a share of a
+        // budget that more readers use now): the window keeps under both.
+        self.window = (self.window * 2).clamp(1, self.limit.min(max.max(1)));
         if self.direct {
             let read = end - self.run.map_or(offset, |(lo, _)| lo);
             if read < DIRECT_FIRST * bs {
@@ -286,6 +289,29 @@ mod tests {
             ra.advance(at + 650 * kb, at + 900 * kb, mb, 8, 64, t),
             Some((9, 1))
         );
+    }
+
+    #[test]
+    fn a_window_shrinks_to_a_smaller_share_and_grows_back_to_a_larger() {
+        let (mut ra, t, mb) = (Readahead::default(), Instant::now(), 1u64 << 20);
+        for i in 0..6 {
+            ra.advance(i * mb, (i + 1) * mb, mb, 8, 8, t);
+        }
+        assert_eq!(ra.window, 8);
+        // Three more readers share the budget now: two blocks each.
+        assert_eq!(
+            ra.advance(6 * mb, 7 * mb, mb, 8, 2, t),
+            None,
+            "8 ahead already"
+        );
+        assert_eq!(ra.window, 2);
+        for i in 7..13 {
+            ra.advance(i * mb, (i + 1) * mb, mb, 8, 2, t);
+        }
+        assert_eq!(ra.advance(13 * mb, 14 * mb, mb, 8, 2, t), Some((15, 1)));
+        // Alone again: the window grows back to the limit it had.
+        assert_eq!(ra.advance(14 * mb, 15 * mb, mb, 8, 8, t), Some((16, 3)));
+        assert_eq!(ra.window, 4);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! (an in-process node, say).
 
 mod aws_mock;
+mod cgroup;
 mod client;
 mod config;
 mod corpus;
@@ -19,6 +20,7 @@ mod proxy;
 mod wait;
 
 pub use aws_mock::{AwsMock, Issued, CONTAINER_TOKEN, ROLE_ARN};
+pub use cgroup::{CgroupVersion, MemCgroup, MemUse};
 pub use client::{client_options, node_s3_client};
 pub use config::{
     cluster_toml, mount_toml, node_section, node_toml, origin_section, origin_toml, parse,

@@ -170,13 +170,19 @@ impl Mount {
         args: &[&str],
         env: &[(String, String)],
     ) -> Mount {
-        Self::launch(toml, source, args, env, false)
+        Self::launch(toml, source, args, env, false, None)
     }
 
     /// [`start`](Self::start) with its log (stderr, at `info`) kept in
     /// [`log`](Self::log).
     pub fn start_logged(toml: &str, source: &str, args: &[&str]) -> Mount {
-        Self::launch(toml, source, args, &[], true)
+        Self::launch(toml, source, args, &[], true, None)
+    }
+
+    /// [`start_logged`](Self::start_logged) with the keeper, and so its
+    /// servers, in memory cgroup `cgroup` from their start.
+    pub fn start_in(cgroup: &crate::MemCgroup, toml: &str, source: &str, args: &[&str]) -> Mount {
+        Self::launch(toml, source, args, &[], true, Some(cgroup))
     }
 
     /// What a [`start_logged`](Self::start_logged) mount has logged so far.
@@ -190,6 +196,7 @@ impl Mount {
         args: &[&str],
         env: &[(String, String)],
         logged: bool,
+        cgroup: Option<&crate::MemCgroup>,
     ) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let mnt = dir.path().join("mnt");
@@ -209,6 +216,9 @@ impl Mount {
         if logged {
             let log = std::fs::File::create(dir.path().join("mount.log")).expect("log file");
             cmd.stderr(log).env("RUST_LOG", "info");
+        }
+        if let Some(c) = cgroup {
+            c.join_on_exec(&mut cmd);
         }
         let child = cmd.spawn().expect("start shoal-mount");
         let mut m = Mount {

@@ -98,6 +98,7 @@ impl Fs {
                 ino,
                 ra: Mutex::new(Readahead::new(direct_io)),
                 page_cache: !direct_io,
+                streaming: Default::default(),
             },
         );
         Ok(Opened {
@@ -138,11 +139,22 @@ impl Fs {
         });
         let base = self.reader.read_window() as u64;
         let budget = self.reader.inflight_limit() as u64;
+        // Blocks fetched ahead wait in the RAM tier, which keeps about the
+        // in-flight budget's worth for them: the files read sequentially
+        // share that, or each pushes out the others' before they are read
+        // (and they are fetched again). Spliced reads fetch nothing here.
+        let max = if pipe.is_some() {
+            budget
+        } else {
+            (budget / self.handles.streams()).max(1)
+        };
         let (ahead, sequential, first) = {
             let mut ra = f.ra.lock().unwrap();
             let (first, going) = (ra.is_fresh(), ra.sequential());
             let now = std::time::Instant::now();
-            let ahead = ra.advance(offset, end, bs, base, budget, now);
+            let ahead = ra.advance(offset, end, bs, base, max, now);
+            // Spliced runs fetch nothing ahead here: not a share of it.
+            self.handles.stream(&f, ra.sequential() && pipe.is_none());
             tracing::trace!(fh, offset, len = end - offset, ?ahead, "read");
             // Whole blocks for a run that was going before this read, or a read
             // of a block's size in one: a small read that starts a run costs its

@@ -6,7 +6,7 @@
 //! exactly once even if the cache refreshes meanwhile.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use shoal::cluster::{Handle, Readahead};
@@ -20,6 +20,8 @@ pub(super) struct OpenFile {
     /// Opened through the page cache (not `direct_io`): what its reads return
     /// is kept by the kernel.
     pub page_cache: bool,
+    /// Counted among [`Handles::streams`].
+    pub streaming: std::sync::atomic::AtomicBool,
 }
 
 /// An open directory: its inode and the listing it reads.
@@ -54,6 +56,9 @@ pub(super) struct Handles {
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     dirs: Mutex<HashMap<u64, OpenDir>>,
     next: AtomicU64,
+    /// Open files whose reads are a sequential run now: they share the
+    /// blocks that may be fetched ahead.
+    streams: AtomicUsize,
 }
 
 impl Handles {
@@ -62,6 +67,7 @@ impl Handles {
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+            streams: AtomicUsize::new(0),
         }
     }
 
@@ -84,7 +90,24 @@ impl Handles {
     }
 
     pub fn remove_file(&self, fh: u64) {
-        self.files.lock().unwrap().remove(&fh);
+        let gone = self.files.lock().unwrap().remove(&fh);
+        if let Some(f) = gone {
+            self.stream(&f, false);
+        }
+    }
+
+    /// Open files reading sequentially now (at least one: the caller's).
+    pub fn streams(&self) -> u64 {
+        self.streams.load(Relaxed).max(1) as u64
+    }
+
+    /// Whether file `f`'s reads are a sequential run now.
+    pub fn stream(&self, f: &OpenFile, is: bool) {
+        match (f.streaming.swap(is, Relaxed), is) {
+            (false, true) => drop(self.streams.fetch_add(1, Relaxed)),
+            (true, false) => drop(self.streams.fetch_sub(1, Relaxed)),
+            _ => {}
+        }
     }
 
     pub fn open_files(&self) -> usize {

@@ -18,7 +18,8 @@
 //!
 //! A file's open and reads are [`files`]'s. A read: [`Fs::read`] finds the handle,
 //! moves its [`readahead`] (reads that continue the last one keep blocks in flight
-//! from one up, doubling while throughput still rises, to the in-flight budget;
+//! from one up, doubling while throughput still rises, to their share of the
+//! in-flight budget (the files read sequentially at once share it);
 //! reads the kernel sends out of order on its threads stay one run; a file's first
 //! read and any jump fetch nothing ahead, keeping the limit learned), and asks the
 //! cluster reader for the bytes: slices of whole blocks for a sequential run, each
@@ -150,6 +151,7 @@ impl Fs {
                         // What the predecessor told the kernel is not known:
                         // keep every block.
                         page_cache: false,
+                        streaming: Default::default(),
                     },
                 ),
                 Err(e) => tracing::warn!(fh, key, "cannot reopen an open file: {e}"),

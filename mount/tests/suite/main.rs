@@ -15,5 +15,6 @@ mod handover;
 mod hostile_node;
 mod journal;
 mod memory;
+mod memory_limit;
 mod metadata;
 mod mount;
