@@ -17,9 +17,9 @@ use shoal::store::ObjectMeta;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::Client;
-use crate::pybytes::to_bytes;
 use crate::errors;
 use crate::live::Live;
+use crate::pybytes::to_bytes;
 
 /// HEADs in flight at once for [`versions`]: enough to hide a node's round
 /// trip (or the origin's, cold) behind the others, few enough that a list of

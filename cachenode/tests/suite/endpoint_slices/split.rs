@@ -40,7 +40,7 @@ async fn a_service_over_several_slices_changes_one_at_a_time() {
     set("shoal-node-3", endpoints(200..250, &[]));
     let r = f.reader(None);
     r.membership_ready().await;
-    ranks_endpoints(&f, &r, &[0..250]).await;
+    ranks_endpoints(&f, &r, std::slice::from_ref(&(0..250))).await;
 
     // One slice changes: ten of its pods go, five are not ready.
     set(
