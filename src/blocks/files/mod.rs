@@ -22,23 +22,25 @@
 //! async callers run it on a blocking thread.
 
 mod index;
+mod reopen;
+mod whole;
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use lru::LruCache;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{BlockCache, BlockKey, DiskFailures, DiskStats, TierStats};
+use super::{BlockCache, BlockKey, DiskFailures, TierStats};
 use crate::log_limit::{more, LogLimit};
 
-use index::{header, id_of, parse_index, record, Stamp, Version, RECORD, SIZE, STAMP};
+use index::{header, id_of, record, Version, RECORD};
+
 struct State {
     versions: LruCache<u128, Version>,
     bytes: u64,
@@ -59,90 +61,6 @@ pub struct FileTier {
 }
 
 impl FileTier {
-    /// Opens (creating if needed) the tier under `dir/objects`, rebuilding its
-    /// index from the index files there.
-    pub fn open(dir: &Path, capacity: u64) -> io::Result<(FileTier, DiskStats)> {
-        let started = Instant::now();
-        let root = dir.join("objects");
-        fs::create_dir_all(&root)?;
-        let mut found: Vec<(SystemTime, u128, Version)> = Vec::new();
-        let mut stats = DiskStats::default();
-        for sub in fs::read_dir(&root)? {
-            let sub = sub?.path();
-            if !sub.is_dir() {
-                continue;
-            }
-            for f in fs::read_dir(&sub)? {
-                let path = f?.path();
-                if path.extension().is_some_and(|e| e == "data") {
-                    if !path.with_extension("idx").exists() {
-                        let _ = fs::remove_file(&path);
-                        stats.removed += 1;
-                    }
-                    continue;
-                }
-                let loaded = Self::load(&path);
-                match loaded {
-                    Some((mtime, id, v)) if path.with_extension("data").exists() => {
-                        found.push((mtime, id, v))
-                    }
-                    _ => {
-                        let _ = fs::remove_file(&path);
-                        let _ = fs::remove_file(path.with_extension("data"));
-                        stats.removed += 1;
-                    }
-                }
-            }
-        }
-        found.sort_by_key(|f| f.0);
-        let tier = FileTier {
-            dir: root,
-            capacity,
-            state: Mutex::new(State {
-                versions: LruCache::unbounded(),
-                bytes: 0,
-            }),
-            evictions: AtomicU64::new(0),
-            checksum_failures: AtomicU64::new(0),
-            read_failures: AtomicU64::new(0),
-            write_failures: AtomicU64::new(0),
-            log: LogLimit::per_minute(),
-            writing: Mutex::new(()),
-        };
-        {
-            let mut s = tier.state.lock().unwrap();
-            for (_, id, v) in found {
-                s.bytes += v.bytes;
-                stats.blocks += v.blocks.len() as u64;
-                s.versions.put(id, v);
-            }
-            tier.evict(&mut s, 0);
-            stats.bytes = s.bytes;
-        }
-        stats.took = started.elapsed();
-        Ok((tier, stats))
-    }
-
-    fn load(path: &Path) -> Option<(SystemTime, u128, Version)> {
-        if path.extension().is_none_or(|e| e != "idx") {
-            return None;
-        }
-        let mut buf = Vec::new();
-        File::open(path).ok()?.read_to_end(&mut buf).ok()?;
-        let (v, good) = parse_index(&buf).ok()?;
-        if good < buf.len() {
-            // A torn record at the end: cut it off.
-            OpenOptions::new()
-                .write(true)
-                .open(path)
-                .and_then(|f| f.set_len(good as u64))
-                .ok()?;
-        }
-        let id = id_of(&v.bucket, &v.key, &v.etag, v.block_size);
-        let mtime = fs::metadata(path).and_then(|m| m.modified()).ok()?;
-        Some((mtime, id, v))
-    }
-
     fn path_of(&self, id: u128) -> PathBuf {
         self.dir
             .join(format!("{:02x}", (id >> 120) as u8))
@@ -188,103 +106,6 @@ impl FileTier {
         }
         drop(s);
         let _ = self.append(id, record(index, [0; 4]));
-    }
-
-    /// The data file of `bucket/key` at `etag`, open for reading, if the tier
-    /// holds every block of its `size` bytes and they are verified. The first
-    /// call for a complete version verifies it (reads it all); later ones only
-    /// compare the file's identity with the stamp that verification left.
-    pub fn whole(
-        &self,
-        bucket: &str,
-        key: &str,
-        etag: &str,
-        block_size: u64,
-        size: u64,
-    ) -> Option<File> {
-        let id = id_of(bucket, key, etag, block_size);
-        let path = self.path_of(id).with_extension("data");
-        let stamp = {
-            let mut s = self.state.lock().unwrap();
-            let v = s.versions.get_mut(&id)?;
-            if v.size.is_none() {
-                v.size = Some(size);
-                drop(s);
-                let _ = self.append(id, record(SIZE, [size, 0, 0, 0]));
-                s = self.state.lock().unwrap();
-            }
-            let v = s.versions.peek(&id)?;
-            if !v.complete(size) {
-                return None;
-            }
-            v.stamp
-        };
-        let file = File::open(&path).ok()?;
-        let now = Stamp::of(&file.metadata().ok()?);
-        if stamp == Some(now) && now.len == size {
-            return Some(file);
-        }
-        self.verify(id, &file, size).then_some(file)
-    }
-
-    /// Reads a complete version through, checking every block; stamps it if all
-    /// are good, drops the bad ones otherwise.
-    fn verify(&self, id: u128, file: &File, size: u64) -> bool {
-        let (bs, blocks) = {
-            let s = self.state.lock().unwrap();
-            let Some(v) = s.versions.peek(&id) else {
-                return false;
-            };
-            (v.block_size, v.blocks.clone())
-        };
-        let before = match file.metadata() {
-            Ok(m) => Stamp::of(&m),
-            Err(_) => return false,
-        };
-        if before.len < size {
-            return false;
-        }
-        let mut buf = vec![0u8; bs as usize];
-        let mut good = true;
-        for i in 0..size.div_ceil(bs) {
-            let Some(&(len, sum)) = blocks.get(&i) else {
-                return false;
-            };
-            let b = &mut buf[..len as usize];
-            let ok = file.read_exact_at(b, i * bs).is_ok() && xxh3_64(b) == sum;
-            if !ok {
-                self.checksum_failures.fetch_add(1, Relaxed);
-                self.failed(
-                    "dropping a block that does not match its checksum",
-                    &format!("block {i} of {}", self.path_of(id).display()),
-                );
-                self.drop_block(id, i);
-                good = false;
-            }
-        }
-        if !good {
-            return false;
-        }
-        let Ok(after) = file.metadata().map(|m| Stamp::of(&m)) else {
-            return false;
-        };
-        // Written to while it was read: not verified.
-        if after != before {
-            return false;
-        }
-        let mut s = self.state.lock().unwrap();
-        if let Some(v) = s.versions.peek_mut(&id) {
-            v.stamp = Some(after);
-        }
-        drop(s);
-        let _ = self.append(
-            id,
-            record(
-                STAMP,
-                [after.len, after.ino, after.mtime_ns, after.ctime_ns],
-            ),
-        );
-        true
     }
 
     pub fn failures(&self) -> DiskFailures {
@@ -426,6 +247,8 @@ impl BlockCache for FileTier {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
 
     fn key(i: u64) -> BlockKey {

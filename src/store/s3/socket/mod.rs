@@ -14,47 +14,23 @@
 //! nothing of a body left unread, nothing past it. TLS and proxies stay with the
 //! pooled client.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use http::HeaderMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use std::os::fd::AsRawFd;
+use crate::store::StoreError;
 
-use tokio::io::Interest;
-
-use super::chunked::{dechunk, Chunks};
-use crate::store::{Deadline, StoreError};
-
+mod body;
 pub(super) mod head;
+mod pool;
 mod splice;
+mod wait;
 
+pub use body::SocketBody;
 use head::{Framing, HeadReader, BUF};
-
-/// A connection unused this long is not used again: the other side may be about
-/// to close it (a node closes idle connections after 120 s, S3 after about 20).
-const IDLE_FOR: Duration = Duration::from_secs(15);
-/// The most of an error answer's body that is read (S3's error XML is small).
-const MAX_ERROR_BODY: u64 = 64 << 10;
-
-/// Kept-alive connections to one endpoint's hosts.
-pub(super) struct Sockets {
-    idle: Mutex<Vec<Idle>>,
-    max_idle: usize,
-    connect: Duration,
-    stall: Duration,
-    label: String,
-}
-
-struct Idle {
-    authority: String,
-    conn: TcpStream,
-    /// The connection's buffer for requests and answers' heads, kept with it.
-    buf: Vec<u8>,
-    since: Instant,
-}
+pub(super) use pool::Sockets;
 
 /// An answer: its status and head, and its body to be read.
 pub(super) struct Answer {
@@ -63,100 +39,7 @@ pub(super) struct Answer {
     pub body: SocketBody,
 }
 
-/// The body of an answer, read from its connection; the connection is kept for
-/// the next request once the body has been read to its end.
-pub struct SocketBody {
-    conn: Option<TcpStream>,
-    authority: String,
-    /// The connection's buffer; `early` of it are body bytes that came with the
-    /// head, handed out first.
-    buf: Vec<u8>,
-    early: std::ops::Range<usize>,
-    remaining: u64,
-    /// An error answer's chunked body: its length is not known, and only
-    /// [`SocketBody::small`] reads it.
-    chunked: bool,
-    /// Whether the connection may carry another request after this one.
-    reusable: bool,
-    sockets: Arc<Sockets>,
-    /// The request's place in the origin's budget, given back with the body.
-    permit: Option<crate::store::budget::Permit>,
-}
-
 impl Sockets {
-    pub fn new(max_idle: usize, connect: Duration, stall: Duration, label: String) -> Sockets {
-        Sockets {
-            idle: Mutex::new(Vec::new()),
-            max_idle,
-            connect,
-            stall,
-            label,
-        }
-    }
-
-    fn transport(&self, message: String) -> StoreError {
-        StoreError::Transport {
-            endpoint: self.label.clone(),
-            message,
-        }
-    }
-
-    /// A kept connection to `authority` and its buffer, if one is fresh enough
-    /// and nothing came on it while it was idle (bytes no request asked for,
-    /// or its end).
-    fn kept(&self, authority: &str) -> Option<(TcpStream, Vec<u8>)> {
-        let mut idle = self.idle.lock().unwrap();
-        idle.retain(|c| c.since.elapsed() < IDLE_FOR);
-        loop {
-            let i = idle.iter().rposition(|c| c.authority == authority)?;
-            let c = idle.swap_remove(i);
-            if quiet(&c.conn) {
-                return Some((c.conn, c.buf));
-            }
-        }
-    }
-
-    /// Keeps `conn` for the next request, unless something is waiting on it:
-    /// bytes past the answer's body are no answer to anything, and a connection
-    /// carrying them is closed rather than let them be read as the next head.
-    fn keep(&self, authority: String, conn: TcpStream, buf: Vec<u8>) {
-        if !quiet(&conn) {
-            tracing::debug!(endpoint = %self.label, "bytes past an answer's end: connection closed");
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap();
-        if idle.len() < self.max_idle {
-            idle.push(Idle {
-                authority,
-                conn,
-                buf,
-                since: Instant::now(),
-            });
-        }
-    }
-
-    async fn connect(&self, authority: &str) -> Result<TcpStream, StoreError> {
-        let conn = match tokio::time::timeout(self.connect, TcpStream::connect(authority)).await {
-            Err(_) => {
-                return Err(StoreError::Timeout {
-                    endpoint: self.label.clone(),
-                    deadline: Deadline::Connect,
-                    after: self.connect,
-                })
-            }
-            Ok(Err(e)) => {
-                return Err(StoreError::Connect {
-                    endpoint: self.label.clone(),
-                    message: e.to_string(),
-                })
-            }
-            Ok(Ok(c)) => c,
-        };
-        // Requests are small and written whole: never hold one back.
-        let _ = conn.set_nodelay(true);
-        Ok(conn)
-    }
-
     /// Sends `GET path` to `authority` with `headers` (the Host header is
     /// `host`) and reads the answer's head. A kept connection that turns out to
     /// have been closed before answering is replaced by a new one, once.
@@ -275,189 +158,6 @@ impl From<Exchange> for StoreError {
     fn from(e: Exchange) -> StoreError {
         match e {
             Exchange::Unanswered(e) | Exchange::Failed(e) => e,
-        }
-    }
-}
-
-impl SocketBody {
-    /// Holds `permit` until the body is dropped.
-    pub(in crate::store::s3) fn hold(&mut self, permit: crate::store::budget::Permit) {
-        self.permit = Some(permit);
-    }
-
-    /// Bytes of the body still to come (of a body framed by its length).
-    pub fn remaining(&self) -> u64 {
-        self.remaining + self.early.len() as u64
-    }
-
-    /// Reads the next bytes of the body into `dst` (0: it has ended). Waits at
-    /// most the stall deadline for each.
-    pub async fn read(&mut self, dst: &mut [u8]) -> Result<usize, StoreError> {
-        if !self.early.is_empty() {
-            let n = self.early.len().min(dst.len());
-            let from = self.early.start;
-            dst[..n].copy_from_slice(&self.buf[from..from + n]);
-            self.early.start += n;
-            if self.remaining == 0 && self.early.is_empty() {
-                self.release();
-            }
-            return Ok(n);
-        }
-        if dst.is_empty() {
-            return Ok(0);
-        }
-        if self.remaining == 0 {
-            self.release();
-            return Ok(0);
-        }
-        let want = (dst.len() as u64).min(self.remaining) as usize;
-        let Some(conn) = self.conn.as_ref() else {
-            return Err(self
-                .sockets
-                .transport("the body was already abandoned".into()));
-        };
-        let got = read_some(conn, &mut dst[..want], &self.sockets, self.remaining).await;
-        match got {
-            Ok(n) => {
-                self.remaining -= n as u64;
-                if self.remaining == 0 {
-                    self.release();
-                }
-                Ok(n)
-            }
-            Err(e) => {
-                // The connection is in an unknown place of an answer: never used again.
-                self.conn = None;
-                Err(e)
-            }
-        }
-    }
-
-    /// The whole (small) body, for an error answer: at most 64 KiB is read, and
-    /// nothing of a longer one.
-    pub(super) async fn small(mut self) -> Vec<u8> {
-        if self.chunked {
-            return self.small_chunked().await;
-        }
-        if self.remaining() > MAX_ERROR_BODY {
-            return Vec::new();
-        }
-        let mut out = vec![0u8; self.remaining() as usize];
-        let mut at = 0;
-        while at < out.len() {
-            match self.read(&mut out[at..]).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => at += n,
-            }
-        }
-        out.truncate(at);
-        out
-    }
-
-    /// [`Self::small`] of a chunked body: raw bytes until the chunks are
-    /// complete, then decoded (nothing if they run past the bound or break off).
-    async fn small_chunked(mut self) -> Vec<u8> {
-        let mut raw = self.buf[self.early.clone()].to_vec();
-        let Some(conn) = self.conn.take() else {
-            return Vec::new();
-        };
-        loop {
-            match dechunk(&raw, MAX_ERROR_BODY as usize) {
-                Chunks::Whole(body) => return body,
-                Chunks::Bad => return Vec::new(),
-                Chunks::Partial if raw.len() as u64 > MAX_ERROR_BODY => return Vec::new(),
-                Chunks::Partial => {}
-            }
-            let mut buf = [0u8; 4096];
-            match read_some(&conn, &mut buf, &self.sockets, 0).await {
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-                Err(_) => return Vec::new(),
-            }
-        }
-    }
-
-    /// Gives the connection back for the next request once the body is read.
-    fn release(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if self.reusable && self.remaining == 0 && self.early.is_empty() {
-                self.sockets.keep(
-                    std::mem::take(&mut self.authority),
-                    conn,
-                    std::mem::take(&mut self.buf),
-                );
-            }
-        }
-    }
-}
-
-/// Whether nothing is waiting on `conn`: no bytes, and not its end.
-fn quiet(conn: &TcpStream) -> bool {
-    let mut byte = 0u8;
-    // SAFETY: peeking at most one byte into a byte we own; nothing is consumed.
-    let n = unsafe {
-        libc::recv(
-            conn.as_raw_fd(),
-            (&mut byte as *mut u8).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
-}
-
-/// Some bytes (at least one) of a body off `conn` into `dst`, within the stall
-/// deadline for each wait; `left` of it are still to come.
-async fn read_some(
-    conn: &TcpStream,
-    dst: &mut [u8],
-    sockets: &Sockets,
-    left: u64,
-) -> Result<usize, StoreError> {
-    let fd = conn.as_raw_fd();
-    // SAFETY: receiving into a buffer we borrow.
-    let recv = || match unsafe { libc::recv(fd, dst.as_mut_ptr().cast(), dst.len(), 0) } {
-        n if n < 0 => Err(std::io::Error::last_os_error()),
-        n => Ok(n as usize),
-    };
-    when_readable(conn, sockets, left, recv)
-        .await?
-        .map_err(|e| sockets.transport(format!("body cut off: {e}")))
-}
-
-/// What `op` moved off `conn` (how many bytes; none means the body ended
-/// early, an error), run as soon as `conn` has bytes, within the stall
-/// deadline for each wait; `left` bytes of the body are still to come. Errors
-/// of `op` other than "would block" are the caller's to judge.
-async fn when_readable(
-    conn: &TcpStream,
-    sockets: &Sockets,
-    left: u64,
-    mut op: impl FnMut() -> std::io::Result<usize>,
-) -> Result<std::io::Result<usize>, StoreError> {
-    loop {
-        match conn.try_io(Interest::READABLE, &mut op) {
-            Ok(0) => {
-                return Err(sockets.transport(format!(
-                    "body cut off: the connection closed {left} bytes short"
-                )))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(sockets.stall, conn.readable()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(sockets.transport(format!("body cut off: {e}"))),
-                    // Bytes came, fewer than the socket's low-water mark
-                    // ([`splice`]): a body still arriving is not stalled.
-                    Err(_) if splice::pending(conn.as_raw_fd()) > 0 => {}
-                    Err(_) => {
-                        return Err(StoreError::Timeout {
-                            endpoint: sockets.label.clone(),
-                            deadline: Deadline::Stall,
-                            after: sockets.stall,
-                        })
-                    }
-                }
-            }
-            r => return Ok(r),
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use std::os::fd::AsRawFd;
 
-use super::{when_readable, SocketBody};
+use super::body::SocketBody;
+use super::wait::{pending, when_readable};
 use crate::store::pipe::{Pipe, PIPE_BYTES};
 use crate::store::{Spliced, StoreError};
 
@@ -130,16 +131,6 @@ fn set_lowat(fd: std::os::fd::RawFd, bytes: u64) -> bool {
     }
 }
 
-/// Bytes that socket `fd` has received and not yet given out.
-pub(super) fn pending(fd: std::os::fd::RawFd) -> usize {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes an int.
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } < 0 {
-        return 0;
-    }
-    n.max(0) as usize
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -148,7 +139,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    use super::super::Sockets;
+    use super::super::pool::Sockets;
     use super::*;
 
     /// Serves every request on a connection with `body`, in `pieces` parts

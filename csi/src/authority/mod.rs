@@ -17,237 +17,28 @@ use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// What an HTTP/2 client sends first (RFC 9113, 3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const FRAME_HEAD: usize = 9;
-const HEADERS: u8 = 0x1;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
-/// The largest frame every HTTP/2 peer takes (its SETTINGS_MAX_FRAME_SIZE at
-/// least this).
-const MAX_FRAME: usize = 16_384;
-/// The largest header block gathered from HEADERS and CONTINUATION frames.
-const MAX_BLOCK: usize = 1 << 20;
-/// What stands for an authority that is not one.
-const LOCALHOST: &[u8] = b"localhost";
+mod rewriter;
+
+use rewriter::Rewriter;
 
 /// A connection whose client's header blocks are made acceptable to `h2`
 /// (see the module's comment); writes pass through.
 pub struct AnyAuthority<S> {
     inner: S,
-    /// Bytes from the client not looked at yet.
-    raw: BytesMut,
-    /// Bytes looked at, for the server to read.
-    ready: BytesMut,
-    state: State,
-    /// A header block waiting for its CONTINUATION frames.
-    block: Option<Block>,
-    decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
+    rewriter: Rewriter,
     eof: bool,
-}
-
-#[derive(PartialEq)]
-enum State {
-    Preface,
-    Frames,
-    /// Not HTTP/2 with prior knowledge: none of ours to look at.
-    Through,
-}
-
-struct Block {
-    stream: u32,
-    end_stream: bool,
-    priority: Option<[u8; 5]>,
-    fragment: Vec<u8>,
 }
 
 impl<S> AnyAuthority<S> {
     pub fn new(inner: S) -> Self {
-        let mut encoder = loona_hpack::Encoder::new();
-        encoder.set_max_table_size(0);
         AnyAuthority {
             inner,
-            raw: BytesMut::new(),
-            ready: BytesMut::new(),
-            state: State::Preface,
-            block: None,
-            decoder: loona_hpack::Decoder::new(),
-            encoder,
+            rewriter: Rewriter::new(),
             eof: false,
         }
     }
-
-    /// Moves what can be looked at from `raw` to `ready`.
-    fn digest(&mut self) -> io::Result<()> {
-        loop {
-            match self.state {
-                State::Through => {
-                    let all = self.raw.split();
-                    self.ready.unsplit(all);
-                    return Ok(());
-                }
-                State::Preface => {
-                    let n = self.raw.len().min(PREFACE.len());
-                    if self.raw[..n] != PREFACE[..n] {
-                        self.state = State::Through;
-                    } else if n == PREFACE.len() {
-                        let p = self.raw.split_to(n);
-                        self.ready.unsplit(p);
-                        self.state = State::Frames;
-                    } else {
-                        return Ok(());
-                    }
-                }
-                State::Frames => {
-                    if !self.frame()? {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-
-    /// Takes one whole frame from `raw`, if there is one.
-    fn frame(&mut self) -> io::Result<bool> {
-        if self.raw.len() < FRAME_HEAD {
-            return Ok(false);
-        }
-        let h = &self.raw[..FRAME_HEAD];
-        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-        let (kind, flags) = (h[3], h[4]);
-        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-        if self.raw.len() < FRAME_HEAD + len {
-            return Ok(false);
-        }
-        if self.block.is_none() && kind != HEADERS {
-            let f = self.raw.split_to(FRAME_HEAD + len);
-            self.ready.unsplit(f);
-            return Ok(true);
-        }
-        self.raw.advance(FRAME_HEAD);
-        let payload = self.raw.split_to(len);
-        match self.block.as_mut() {
-            None => {
-                let mut p = &payload[..];
-                let pad = if flags & PADDED != 0 {
-                    let n = *p
-                        .first()
-                        .ok_or_else(|| broken("HEADERS without its padding length"))?;
-                    p = &p[1..];
-                    n as usize
-                } else {
-                    0
-                };
-                let priority = if flags & PRIORITY != 0 {
-                    let pr: [u8; 5] = p
-                        .get(..5)
-                        .and_then(|s| s.try_into().ok())
-                        .ok_or_else(|| broken("HEADERS shorter than its priority"))?;
-                    p = &p[5..];
-                    Some(pr)
-                } else {
-                    None
-                };
-                let keep = p
-                    .len()
-                    .checked_sub(pad)
-                    .ok_or_else(|| broken("HEADERS shorter than its padding"))?;
-                let fragment = p[..keep].to_vec();
-                self.block = Some(Block {
-                    stream,
-                    end_stream: flags & END_STREAM != 0,
-                    priority,
-                    fragment,
-                });
-            }
-            Some(b) => {
-                if kind != CONTINUATION || stream != b.stream {
-                    return Err(broken("a header block not continued by its CONTINUATION"));
-                }
-                b.fragment.extend_from_slice(&payload);
-                if b.fragment.len() > MAX_BLOCK {
-                    return Err(broken("a header block over 1 MiB"));
-                }
-            }
-        }
-        if flags & END_HEADERS != 0 {
-            let b = self.block.take().expect("a block gathered above");
-            self.reencode(b)?;
-        }
-        Ok(true)
-    }
-
-    /// Decodes block `b`, puts `localhost` for an authority that is not one,
-    /// and writes it to `ready` again as HEADERS and CONTINUATION frames.
-    fn reencode(&mut self, b: Block) -> io::Result<()> {
-        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        self.decoder
-            .decode_with_cb(&b.fragment, |name, value| {
-                let value = if &name[..] == b":authority" && !is_authority(&value) {
-                    LOCALHOST.to_vec()
-                } else {
-                    value.into_owned()
-                };
-                fields.push((name.into_owned(), value));
-            })
-            .map_err(|e| broken(&format!("a header block that does not decode: {e:?}")))?;
-        let block = self
-            .encoder
-            .encode(fields.iter().map(|(n, v)| (&n[..], &v[..])));
-        let mut first = Vec::with_capacity(5 + block.len().min(MAX_FRAME));
-        let mut flags = 0;
-        if let Some(p) = b.priority {
-            first.extend_from_slice(&p);
-            flags |= PRIORITY;
-        }
-        if b.end_stream {
-            flags |= END_STREAM;
-        }
-        let room = MAX_FRAME - first.len();
-        let (head, mut rest) = block.split_at(block.len().min(room));
-        first.extend_from_slice(head);
-        let mut kind = HEADERS;
-        let mut payload = first;
-        loop {
-            let last = rest.is_empty();
-            let f = flags | if last { END_HEADERS } else { 0 };
-            self.put_frame(kind, f, b.stream, &payload);
-            if last {
-                return Ok(());
-            }
-            let (next, after) = rest.split_at(rest.len().min(MAX_FRAME));
-            payload = next.to_vec();
-            rest = after;
-            kind = CONTINUATION;
-            flags = 0;
-        }
-    }
-
-    fn put_frame(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-        let len = (payload.len() as u32).to_be_bytes();
-        self.ready.extend_from_slice(&len[1..]);
-        self.ready.extend_from_slice(&[kind, flags]);
-        self.ready.extend_from_slice(&stream.to_be_bytes());
-        self.ready.extend_from_slice(payload);
-    }
-}
-
-fn is_authority(v: &[u8]) -> bool {
-    http::uri::Authority::try_from(v).is_ok()
-}
-
-fn broken(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("HTTP/2 from the client: {what}"),
-    )
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for AnyAuthority<S> {
@@ -258,9 +49,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for AnyAuthority<S> {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         loop {
-            if !me.ready.is_empty() {
-                let n = me.ready.len().min(buf.remaining());
-                buf.put_slice(&me.ready.split_to(n));
+            if let Some(bytes) = me.rewriter.take(buf.remaining()) {
+                buf.put_slice(&bytes);
                 return Poll::Ready(Ok(()));
             }
             if me.eof {
@@ -270,15 +60,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for AnyAuthority<S> {
             let mut rb = ReadBuf::new(&mut chunk);
             ready!(Pin::new(&mut me.inner).poll_read(cx, &mut rb))?;
             if rb.filled().is_empty() {
-                // What is left of a frame cut short goes as it is: the server
-                // sees the connection end in it.
                 me.eof = true;
-                let rest = me.raw.split();
-                me.ready.unsplit(rest);
+                me.rewriter.end();
                 continue;
             }
-            me.raw.extend_from_slice(rb.filled());
-            me.digest()?;
+            me.rewriter.push(rb.filled())?;
         }
     }
 }
@@ -325,6 +111,9 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 
 #[cfg(test)]
 mod tests {
+    use super::rewriter::{
+        CONTINUATION, END_HEADERS, END_STREAM, HEADERS, MAX_FRAME, PADDED, PREFACE, PRIORITY,
+    };
     use super::*;
     use tokio::io::AsyncReadExt;
 
