@@ -236,10 +236,14 @@ impl Metrics {
 
     /// One ask of another node for a block (`role`: its runner-up or its
     /// owner), by result; also noted on the request.
-    pub fn peer_fill(&self, role: crate::node::PeerRole, result: crate::access::trace::PeerFill) {
+    pub fn peer_fill(
+        &self,
+        role: crate::access::trace::PeerRole,
+        result: crate::access::trace::PeerFill,
+    ) {
         let family = match role {
-            crate::node::PeerRole::RunnerUp => &self.peer_fills,
-            crate::node::PeerRole::Owner => &self.owner_fills,
+            crate::access::trace::PeerRole::RunnerUp => &self.peer_fills,
+            crate::access::trace::PeerRole::Owner => &self.owner_fills,
         };
         family
             .get_or_create(&ResultLabel {
@@ -250,10 +254,10 @@ impl Metrics {
     }
 
     /// Block bytes another node sent instead of the origin.
-    pub fn peer_fill_bytes(&self, role: crate::node::PeerRole, n: u64) {
+    pub fn peer_fill_bytes(&self, role: crate::access::trace::PeerRole, n: u64) {
         match role {
-            crate::node::PeerRole::RunnerUp => self.peer_fill_bytes.inc_by(n),
-            crate::node::PeerRole::Owner => self.owner_fill_bytes.inc_by(n),
+            crate::access::trace::PeerRole::RunnerUp => self.peer_fill_bytes.inc_by(n),
+            crate::access::trace::PeerRole::Owner => self.owner_fill_bytes.inc_by(n),
         };
     }
 
@@ -348,7 +352,7 @@ impl Metrics {
         zeroed(&self.invalidations, kinds(&["local", "fanout"]));
         zeroed(&self.fanout_batches, kinds(&["ok", "failed"]));
         zeroed(&self.warmed_blocks, kinds(&["ok", "failed"]));
-        let writes = crate::api::forwarded_writes::Kind::ALL.map(|k| k.label());
+        let writes = crate::access::write_kind::Kind::ALL.map(|k| k.label());
         zeroed(&self.writes, kinds(&writes));
         zeroed(
             &self.cache_status,

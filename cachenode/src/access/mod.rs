@@ -11,6 +11,7 @@ pub mod limits;
 pub mod log;
 pub mod record;
 pub mod trace;
+pub mod write_kind;
 
 use std::collections::HashMap;
 

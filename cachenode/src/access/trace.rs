@@ -55,6 +55,17 @@ impl Outcome {
     }
 }
 
+/// Which node a missed block is asked of (here beside what the ask found,
+/// for the metrics that count both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerRole {
+    /// The previous owner of a block this node owns: its runner-up (or a
+    /// leaving node handing its blocks back).
+    RunnerUp,
+    /// The owner of a block this node does not own.
+    Owner,
+}
+
 /// What asking a block's runner-up node for it found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeerFill {

@@ -40,12 +40,13 @@ use shoal::node_proto::Purge;
 use shoal::store::budget::Class;
 use shoal::store::{ObjectMeta, ObjectStore};
 
+pub use crate::access::trace::PeerRole;
 pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
 pub use error::NodeError;
 pub use fetch::Upstream;
 pub use handback::{HandbackError, Handed, Taken};
 pub use own_headers::OWN_HEADERS;
-pub use peer::{only_if_cached, PeerRole, Peers};
+pub use peer::{only_if_cached, Peers};
 pub use peer_meta::PeerClients;
 pub use read::{BlockStream, SyncStream};
 

@@ -34,7 +34,7 @@ use shoal::cluster::ClusterReader;
 use shoal::store::{collect, stall_guard, GetObject, GetResponse, ObjectMeta};
 
 use super::NodeError;
-use crate::access::trace::PeerFill;
+use crate::access::trace::{PeerFill, PeerRole};
 use crate::metrics::Metrics;
 
 /// The request header and value that ask a node for its cache only.
@@ -67,16 +67,6 @@ pub fn only_if_cached(headers: &http::HeaderMap) -> bool {
 /// when the owner is busy (the next ranked nodes), which may be fetching it
 /// from the origin right now ([`super::joined`]).
 pub const SPILL_RANKS: usize = 2;
-
-/// Which node a missed block is asked of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerRole {
-    /// The previous owner of a block this node owns: its runner-up (or a
-    /// leaving node handing its blocks back).
-    RunnerUp,
-    /// The owner of a block this node does not own.
-    Owner,
-}
 
 /// The cluster as this node sees it, for asking owners and runner-ups.
 pub struct Peers {

@@ -1,21 +1,17 @@
 //! The API's answers: the token checked, a list, or a watch started (its body
 //! fed by [`super::stream`]).
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::stream::respond;
+use super::stream::{respond, Body};
 use super::{event_line, Store, Watcher, SERVICE_LABEL};
-
-pub(super) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// What a watch from a forgotten resourceVersion gets, before its end.
 const EXPIRED: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version","reason":"Expired","code":410}}"#;

@@ -8,14 +8,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::http::Body;
 use super::object::bookmark;
 use super::{event_line, Store};
+
+/// Every answer's body: a whole one, or a watch's events as they come.
+pub(super) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_millis(500);
