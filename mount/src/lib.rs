@@ -8,6 +8,7 @@
 //! one on request ([`link`] is how they talk), so a mount outlives the process
 //! serving it. This module holds what both need: the mount's spec and its checks.
 
+pub mod build;
 pub mod env_file;
 pub mod fs;
 pub mod fuse;
@@ -21,8 +22,8 @@ pub mod metrics;
 pub mod passthrough;
 pub mod pipes;
 pub mod server;
+pub mod start_log;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -49,7 +50,8 @@ pub struct MountSpec {
     /// The memory the mount is held to (`--memory-limit`): its RAM tier, blocks
     /// in flight and read window derive from it ([`memory`]).
     pub memory_limit: Option<u64>,
-    pub metrics_addr: Option<SocketAddr>,
+    /// Where `/metrics` is served (`--metrics-addr`, `--metrics-socket`).
+    pub metrics: Vec<metrics::Listen>,
 }
 
 impl MountSpec {

@@ -3,7 +3,6 @@
 //! the metrics they expose. Each crate's `tests/common` adds only what is its own
 //! (an in-process node, say).
 
-mod aws_mock;
 mod client;
 mod config;
 mod corpus;
@@ -18,7 +17,6 @@ mod procs;
 mod proxy;
 mod wait;
 
-pub use aws_mock::{AwsMock, Issued, CONTAINER_TOKEN, ROLE_ARN};
 pub use client::{client_options, node_s3_client};
 pub use config::{
     cluster_toml, mount_toml, node_section, node_toml, origin_section, origin_toml, parse,
@@ -34,6 +32,7 @@ pub use origin::{origin, origin_client, BUCKET};
 pub use pki::PrivateCa;
 pub use procs::{bin, free_addr, is_mounted, q, sh, sh_ok, signal, Mount, NodeProcess};
 pub use proxy::Proxy;
+pub use shoal_testorigin::aws_mock::{AwsMock, Issued, CONTAINER_TOKEN, ROLE_ARN};
 pub use wait::{wait_for, wait_for_value, wait_until};
 
 pub use shoal_testorigin::{FaultSettings, Origin, OriginOptions};
