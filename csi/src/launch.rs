@@ -111,7 +111,14 @@ impl Launcher {
                     .args(["--collect", "--quiet", "--property=Type=notify"])
                     .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"])
                     .arg(format!(
-                        "--property=CapabilityBoundingSet={UNIT_CAPABILITIES}"
+                        "--property=CapabilityBoundingSet={UNIT_CAPABILITIES}{}",
+                        // To join its token group, then dropped
+                        // (`shoal-mount --token-group`).
+                        if l.reader.is_some() {
+                            " CAP_SETGID CAP_SETPCAP"
+                        } else {
+                            ""
+                        }
                     ))
                     .args([
                         "--property=DevicePolicy=closed",

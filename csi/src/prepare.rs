@@ -143,6 +143,11 @@ impl Plugin {
             }
             _ => {}
         }
+        if let Some(g) = reader {
+            // Before the source and target, the last two.
+            let at = args.len() - 2;
+            args.insert(at, format!("--token-group={g}"));
+        }
         Ok(Record {
             target: spec.target.clone(),
             fingerprint: spec.fingerprint(),

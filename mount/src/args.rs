@@ -113,6 +113,11 @@ pub(crate) struct Args {
     /// a start failed (what a supervisor with no access to the log shows).
     #[arg(long, value_name = "FILE")]
     pub(crate) start_log: Option<PathBuf>,
+    /// Join group GID alone (that of this mount's token files, a CSI driver's
+    /// unit) and give up changing groups again (needs CAP_SETGID and
+    /// CAP_SETPCAP, then dropped).
+    #[arg(long, value_name = "GID")]
+    pub(crate) token_group: Option<u32>,
     /// Set environment variables from FILE (NAME=VALUE lines) first: the
     /// variables a config's *_env keys name, kept off command lines. Only its
     /// owner may read the file.

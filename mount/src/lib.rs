@@ -23,6 +23,7 @@ pub mod passthrough;
 pub mod pipes;
 pub mod server;
 pub mod start_log;
+pub mod token_group;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

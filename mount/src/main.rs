@@ -157,6 +157,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if let Some(g) = args.token_group {
+        if let Err(e) = shoal_mount::token_group::join(g) {
+            return failed(2, &e);
+        }
+    }
     // Before any thread starts, and before the log reads RUST_LOG.
     if let Some(f) = &args.env_file {
         if let Err(e) = shoal_mount::env_file::load(f) {

@@ -96,16 +96,20 @@ if [ "$role_published" = 2 ]; then
     [[ '$role_copy_1' == $plugin_dir/* && '$role_copy_2' == $plugin_dir/* && '$role_copy_1' != '$role_copy_2' ]] &&
     [ \"\$(nsenter -t $SYSTEM_LEADER -a cat '$role_copy_1')\" = '$role_token' ]"
   in_system stat -c '%n %U:%G %a' "$role_copy_1" "$role_copy_2" | sed 's/^/     /'
-  # What a unit may do, as systemd gives it: its groups and capabilities.
+  # What a unit's mount may do: the groups its keeper is in (it joins its token
+  # group, --token-group) and the capabilities it keeps (sys_admin and
+  # sys_resource: CapabilityBoundingSet=, less what it gives up once joined).
   as_unit() { # UNIT COMMAND...
-    local u=$1 groups caps
+    local u=$1 pid groups
     shift
-    groups=$(in_system systemctl show -p SupplementaryGroups --value "$u")
-    caps=$(in_system systemctl show -p CapabilityBoundingSet --value "$u")
-    in_system systemd-run --quiet --wait --pipe --collect -p "SupplementaryGroups=$groups" \
-      -p "CapabilityBoundingSet=$caps" -p DevicePolicy=closed -- "$@"
+    pid=$(in_system systemctl show -p MainPID --value "$u")
+    groups=$(in_system sed -n 's/^Groups:[[:space:]]*//p' "/proc/$pid/status" | xargs | tr ' ' ',')
+    in_system setpriv --groups "$groups" --bounding-set -all,+sys_admin,+sys_resource -- "$@"
   }
-  in_system systemctl show -p SupplementaryGroups,CapabilityBoundingSet,DevicePolicy "$role_unit_1" | sed "s/^/     $role_unit_1: /"
+  for u in "$role_unit_1" "$role_unit_2"; do
+    p=$(in_system systemctl show -p MainPID --value "$u")
+    echo "     $u: $(in_system grep -E '^(Groups|CapBnd)' "/proc/$p/status" | xargs); $(in_system systemctl show -p CapabilityBoundingSet "$u")"
+  done
   own=$(as_unit "$role_unit_1" cat "$role_copy_1" 2>&1)
   check "$role_unit_1, as systemd runs it, reads its own token" test "$own" = "$role_token"
   denied=$(as_unit "$role_unit_1" cat "$role_copy_2" 2>&1)

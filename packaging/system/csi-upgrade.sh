@@ -89,13 +89,13 @@ for i in 1 2 3; do
 done
 stats=$(kubelet stats vol-up-1 "${up_targets[0]}" 2>&1)
 check "vol-up-1's condition names its version: $stats" grep -q "served by shoal-mount $new_build (the driver's)" <<<"$stats"
-page=$(curl -s "http://$csi_metrics/metrics")
+curl -s "http://$csi_metrics/metrics" >"$work/page"
 check "the plugin's metrics: 3 handovers done, no mount behind, each mount on $new_build" bash -c "
-  grep -qx 'shoal_csi_handovers_total{result=\"done\"} 3' <<<'$page' && grep -qx 'shoal_csi_mounts_behind 0' <<<'$page' &&
-  [ \"\$(grep -c '^shoal_csi_mount_version{.*version=\"$new_build\"} 1' <<<'$page')\" = 3 ]"
-grep '^shoal_csi_handover_seconds_sum\|^shoal_csi_handover_seconds_count' <<<"$page" | sed 's/^/     /'
+  grep -qx 'shoal_csi_handovers_total{result=\"done\"} 3' '$work/page' && grep -qx 'shoal_csi_mounts_behind 0' '$work/page' &&
+  [ \"\$(grep -c '^shoal_csi_mount_version{.*version=\"$new_build\"} 1' '$work/page')\" = 3 ]"
+grep '^shoal_csi_handover_seconds_sum\|^shoal_csi_handover_seconds_count' "$work/page" | sed 's/^/     /'
 check "each mount's own metrics through the plugin's page (3 mounts' shoal_mount_read_bytes_total, labelled)" bash -c "
-  [ \"\$(grep -c '^shoal_mount_read_bytes_total{volume=\"vol-up-[123]\",mount=\"$plugin_dir/shares/' <<<'$page')\" = 3 ]"
+  [ \"\$(grep -c '^shoal_mount_read_bytes_total{volume=\"vol-up-[123]\",mount=\"$plugin_dir/shares/' '$work/page')\" = 3 ]"
 for v in 1 2 3; do
   kubelet unpublish vol-up-$v "${up_targets[$((v - 1))]}" >/dev/null &&
     kubelet unstage vol-up-$v /var/lib/kubelet/plugins/kubernetes.io/csi/csi.shoal/pv-up-$v/globalmount >/dev/null ||
@@ -113,7 +113,7 @@ check "the error names the cause, in the mount's own words" bash -c \
   "grep -q '^INTERNAL: ' <<<'$told' && grep -q 'bucket \"no-such-bucket-$stamp\" does not exist' <<<'$told'"
 check "and nothing is left of it" bash -c "[ -z \"\$(nsenter -t $SYSTEM_LEADER -a systemctl list-units --all --plain --no-legend 'shoal-csi-vol-bad*')\" ] &&
   ! nsenter -t $SYSTEM_LEADER -a test -e '$bad_target'"
-page=$(curl -s "http://$csi_metrics/metrics")
+curl -s "http://$csi_metrics/metrics" >"$work/page"
 check "counted: a failed launch, a publish failed for its mount" bash -c "
-  grep -qx 'shoal_csi_launches_total{result=\"failed\"} 1' <<<'$page' &&
-  grep -qx 'shoal_csi_failures_total{call=\"publish\",reason=\"mount\"} 1' <<<'$page'"
+  grep -qx 'shoal_csi_launches_total{result=\"failed\"} 1' '$work/page' &&
+  grep -qx 'shoal_csi_failures_total{call=\"publish\",reason=\"mount\"} 1' '$work/page'"
