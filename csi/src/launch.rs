@@ -15,8 +15,9 @@
 //!   volume's directory (`shoal-mount --env-file`), never a command line. The
 //!   unit keeps only the capabilities a mount needs ([`UNIT_CAPABILITIES`]) and
 //!   no device but `/dev/fuse`: it reads no file its mode does not let it, so
-//!   of the volumes' tokens ([`crate::tokens`]) only its own, whose group it is
-//!   given.
+//!   of the volumes' tokens ([`crate::tokens`]) only its own, whose group it
+//!   joins itself (`shoal-mount --token-group`, with `CAP_SETGID` and
+//!   `CAP_SETPCAP` kept for that alone and dropped once joined).
 //!
 //! A mount that fails to start says why in its start log (`shoal-mount
 //! --start-log`, in the volume's directory): its last lines are the error, for
@@ -125,10 +126,6 @@ impl Launcher {
                         "--property=DeviceAllow=/dev/fuse rw",
                     ])
                     .args(l.memory_max.map(|m| format!("--property=MemoryMax={m}")))
-                    .args(
-                        l.reader
-                            .map(|g| format!("--property=SupplementaryGroups={g}")),
-                    )
                     .arg("--")
                     .arg(&l.mount_bin)
                     .arg("--foreground")

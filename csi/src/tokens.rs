@@ -8,8 +8,9 @@
 //! and its variables point there.
 //!
 //! Each volume's tokens belong to a reader id of its own: files owned by user
-//! and group `id`, mode 0440. The host launcher gives that mount's unit the
-//! group `id` and takes from it the capabilities that read past file modes
+//! and group `id`, mode 0440. That volume's mount joins group `id` alone
+//! (`shoal-mount --token-group`: systemd gives a unit no group the host's
+//! database lacks) and its unit keeps no capability that reads past file modes
 //! ([`crate::launch`]), so that one mount cannot read another's token.
 
 use std::collections::BTreeSet;

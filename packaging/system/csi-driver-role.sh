@@ -106,9 +106,21 @@ if [ "$role_published" = 2 ]; then
     groups=$(in_system sed -n 's/^Groups:[[:space:]]*//p' "/proc/$pid/status" | xargs | tr ' ' ',')
     in_system setpriv --groups "$groups" --bounding-set -all,+sys_admin,+sys_resource -- "$@"
   }
+  # Every process of each unit (its keeper and its server), as the kernel has
+  # them: in the volume's token group alone, with sys_admin and sys_resource
+  # (0x1200000, less what the system itself lacks: a host without
+  # sys_resource) in every set and the bounding set, and nothing else: not
+  # setgid, which would let it join another volume's group.
   for u in "$role_unit_1" "$role_unit_2"; do
-    p=$(in_system systemctl show -p MainPID --value "$u")
-    echo "     $u: $(in_system grep -E '^(Groups|CapBnd)' "/proc/$p/status" | xargs); $(in_system systemctl show -p CapabilityBoundingSet "$u")"
+    check "$u's processes: one group, the token's ($(in_system stat -c %g "$(role_copy "$u")")), and only sys_admin, sys_resource" in_system bash -c "
+      caps=\$(printf '%016x' \$((0x1200000 & 0x\$(sed -n 's/^CapBnd:[[:space:]]*//p' /proc/1/status))))
+      gid=\$(stat -c %g \"\$(sed -n 's/^AWS_WEB_IDENTITY_TOKEN_FILE=//p' \$(systemctl show -p ExecStart --value '$u' | grep -o -- '--env-file [^ ;]*' | cut -d' ' -f2))\")
+      pids=\$(cat /sys/fs/cgroup\$(systemctl show -p ControlGroup --value '$u')/cgroup.procs /sys/fs/cgroup/unified\$(systemctl show -p ControlGroup --value '$u')/cgroup.procs 2>/dev/null | sort -u)
+      [ \$(wc -w <<<\"\$pids\") -ge 2 ] || { echo \"processes: \$pids\"; exit 1; }
+      for p in \$pids; do
+        s=\$(grep -E '^(Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb)' /proc/\$p/status | xargs); echo \"\$p \$(tr '\\0' ' ' </proc/\$p/cmdline | cut -c1-60): \$s\"
+        [ \"\$s\" = \"Groups: \$gid CapInh: 0000000000000000 CapPrm: \$caps CapEff: \$caps CapBnd: \$caps CapAmb: 0000000000000000\" ] || exit 1
+      done" && sed 's/^/     /' "$work/check.log"
   done
   own=$(as_unit "$role_unit_1" cat "$role_copy_1" 2>&1)
   check "$role_unit_1, as systemd runs it, reads its own token" test "$own" = "$role_token"

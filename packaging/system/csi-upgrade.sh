@@ -84,8 +84,9 @@ check "the units and their keepers stayed (MainPIDs $keepers_before-> $keepers_a
 touch "$(system_path /run/up.stop)"
 wait "${up_readers[@]}"
 for i in 1 2 3; do
-  read -r calls failed <"$(system_path "/run/up-$i.out")"
-  check "the reader of vol-up-$i across the handover: $calls reads, $failed failed" test "$calls" -gt 0 -a "$failed" = 0
+  # (Not into `failed`: that is csi.sh's count of failed checks.)
+  read -r calls up_failed <"$(system_path "/run/up-$i.out")"
+  check "the reader of vol-up-$i across the handover: $calls reads, $up_failed failed" test "$calls" -gt 0 -a "$up_failed" = 0
 done
 stats=$(kubelet stats vol-up-1 "${up_targets[0]}" 2>&1)
 check "vol-up-1's condition names its version: $stats" grep -q "served by shoal-mount $new_build (the driver's)" <<<"$stats"

@@ -308,8 +308,10 @@ done
 for v in vol-alpha:"$target_a" vol-beta:"$target_b"; do
   stats=$(kubelet stats "${v%%:*}" "${v#*:}" 2>&1)
   echo "     NodeGetVolumeStats ${v%%:*}: $stats"
+  # (From a file: the condition's text has quotes of its own.)
+  printf '%s\n' "$stats" >"$work/stats"
   check "NodeGetVolumeStats answers for ${v%%:*} after the restart: normal" bash -c \
-    "grep -q '\"abnormal\"' <<<'$stats' && exit 1; grep -q 'mounted, answering, and served' <<<'$stats' && grep -q '\"unit\": \"BYTES\"' <<<'$stats'"
+    "! grep -q '\"abnormal\"' '$work/stats' && grep -q 'mounted, answering, and served' '$work/stats' && grep -q '\"unit\": \"BYTES\"' '$work/stats'"
 done
 again=$(publish vol-alpha "$target_a" alpha pod-a 2>&1)
 check "a publish of vol-alpha again (kubelet's after a restart) is OK ($again) and starts no unit ($(units | wc -l) units)" \
