@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::error::CsiError;
 use crate::kube::KubeApi;
-use crate::pod_identity::write_token;
+use crate::tokens::write_token;
 
 /// How often the token's copy is refreshed: a projected token is rotated at
 /// 80% of its life (an hour by default), and a mount reads it at each watch.
@@ -62,9 +62,9 @@ impl ApiAccess {
             std::fs::read_to_string(p)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
         };
-        write_token(&self.token(), &read(&self.api.token_file)?)?;
+        write_token(&self.token(), &read(&self.api.token_file)?, None)?;
         if let Some(ca) = self.api.ca_file.as_ref().filter(|c| c.exists()) {
-            write_token(&self.ca(), &read(ca)?)?;
+            write_token(&self.ca(), &read(ca)?, None)?;
         }
         Ok(())
     }

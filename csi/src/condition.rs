@@ -21,6 +21,8 @@ pub struct Look {
     pub usage: Option<libc::statvfs>,
     /// What is wrong; nothing for a healthy mount.
     pub problems: Vec<String>,
+    /// Its keeper's status, when it answered.
+    pub status: Option<serde_json::Value>,
 }
 
 /// Looks at the mount on `target`, kept by the keeper listening on `control`.
@@ -41,10 +43,18 @@ pub fn look(target: &Path, control: &Path) -> Look {
             None
         }
     };
-    if let Err(why) = keeper(control) {
-        problems.push(why);
+    let status = match keeper(control) {
+        Ok(s) => Some(s),
+        Err(why) => {
+            problems.push(why);
+            None
+        }
+    };
+    Look {
+        usage,
+        problems,
+        status,
     }
-    Look { usage, problems }
 }
 
 /// The type of the topmost mount on `target` in this process's mount table.
@@ -111,14 +121,11 @@ fn stat(target: &Path) -> Result<libc::statvfs, String> {
     }
 }
 
-/// Whether the keeper on `control` answers, with a server serving.
-fn keeper(control: &Path) -> Result<(), String> {
-    let status = shoal_mount::keeper::ask_within(control, "status", KEEPER_LIMIT)
-        .map_err(|e| format!("its keeper does not answer: {e}"))?;
-    let status: serde_json::Value = serde_json::from_str(&status)
-        .map_err(|e| format!("its keeper answers what is not its status ({e}): {status}"))?;
+/// The status of the keeper on `control`, if it answers with a server serving.
+fn keeper(control: &Path) -> Result<serde_json::Value, String> {
+    let status = crate::upgrade::keeper_status(control)?;
     if status["server"].is_null() {
         return Err("its keeper has no server serving it".into());
     }
-    Ok(())
+    Ok(status)
 }

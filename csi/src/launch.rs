@@ -12,7 +12,17 @@
 //!   the plugin directory); a keeper of a unit cannot adopt a connection, so the
 //!   plugin's copies serve only `direct` keepers. Its environment (the cluster
 //!   secret's variable among it) reaches it through a file of mode 0600 in the
-//!   volume's directory (`shoal-mount --env-file`), never a command line.
+//!   volume's directory (`shoal-mount --env-file`), never a command line. The
+//!   unit keeps only the capabilities a mount needs ([`UNIT_CAPABILITIES`]) and
+//!   no device but `/dev/fuse`: it reads no file its mode does not let it, so
+//!   of the volumes' tokens ([`crate::tokens`]) only its own, whose group it
+//!   joins itself (`shoal-mount --token-group`, with `CAP_SETGID` and
+//!   `CAP_SETPCAP` kept for that alone and dropped once joined).
+//!
+//! A mount that fails to start says why in its start log (`shoal-mount
+//! --start-log`, in the volume's directory): its last lines are the error, for
+//! kubelet to show in the pod's events. The host's journal is not in the
+//! plugin's container.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -34,8 +44,10 @@ pub struct Launch {
     pub args: Vec<String>,
     /// Set for the keeper and its servers; `None` removes a variable.
     pub env: Vec<(String, Option<String>)>,
-    /// The mount's log.
+    /// The mount's log (`direct`).
     pub log: PathBuf,
+    /// Where the mount writes the log of its start (`--start-log`).
+    pub start_log: PathBuf,
     /// A unit name for `systemd` ([`unit_name`]).
     pub unit: String,
     /// What `systemctl status` says the unit is: the volume and its target.
@@ -45,7 +57,19 @@ pub struct Launch {
     /// The unit's `MemoryMax=` (`systemd`; the mount fits its caches to it
     /// under either launcher).
     pub memory_max: Option<u64>,
+    /// The group that may read the volume's tokens ([`crate::tokens`]).
+    pub reader: Option<u32>,
 }
+
+/// What a mount's unit may do as root: mount and unmount (`CAP_SYS_ADMIN`), and
+/// size its pipes past the default (`CAP_SYS_RESOURCE`). Nothing that reads or
+/// writes past a file's mode (`CAP_DAC_*`, `CAP_FOWNER`), changes owners or
+/// identities (`CAP_CHOWN`, `CAP_SET*`) or looks into other processes
+/// (`CAP_SYS_PTRACE`).
+pub const UNIT_CAPABILITIES: &str = "CAP_SYS_ADMIN CAP_SYS_RESOURCE";
+
+/// The most of a mount's start log an error carries: kubelet's event shows it.
+const START_LOG_MAX: usize = 900;
 
 impl Launcher {
     pub fn parse(s: &str) -> Result<Launcher, String> {
@@ -87,6 +111,20 @@ impl Launcher {
                     .arg(format!("--description={}", l.description))
                     .args(["--collect", "--quiet", "--property=Type=notify"])
                     .args(["--property=KillMode=mixed", "--property=TimeoutStopSec=30"])
+                    .arg(format!(
+                        "--property=CapabilityBoundingSet={UNIT_CAPABILITIES}{}",
+                        // To join its token group, then dropped
+                        // (`shoal-mount --token-group`).
+                        if l.reader.is_some() {
+                            " CAP_SETGID CAP_SETPCAP"
+                        } else {
+                            ""
+                        }
+                    ))
+                    .args([
+                        "--property=DevicePolicy=closed",
+                        "--property=DeviceAllow=/dev/fuse rw",
+                    ])
                     .args(l.memory_max.map(|m| format!("--property=MemoryMax={m}")))
                     .arg("--")
                     .arg(&l.mount_bin)
@@ -101,14 +139,16 @@ impl Launcher {
         if out.status.success() {
             return Ok(());
         }
-        let mut why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-        if *self == Launcher::Systemd {
-            if let Ok(j) = Command::new("journalctl")
-                .args(["--no-pager", "-n", "20", "-u", &l.unit])
-                .output()
-            {
-                why.push('\n');
-                why.push_str(String::from_utf8_lossy(&j.stdout).trim());
+        // The mount's own lines first: systemd-run says only that the unit
+        // failed.
+        let mut why = last_lines(&l.start_log, START_LOG_MAX);
+        if *self == Launcher::Systemd || why.is_empty() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            if !said.trim().is_empty() && !why.contains(said.trim()) {
+                if !why.is_empty() {
+                    why.push('\n');
+                }
+                why.push_str(said.trim());
             }
         }
         if why.is_empty() {
@@ -156,6 +196,31 @@ impl Launcher {
             ))
         }
     }
+}
+
+/// The last lines of the file at `path` that fit in `max` bytes (whole lines,
+/// the last one always, cut to `max`).
+pub fn last_lines(path: &std::path::Path, max: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut kept: Vec<&str> = Vec::new();
+    let mut size = 0;
+    for line in text.lines().rev().filter(|l| !l.trim().is_empty()) {
+        if !kept.is_empty() && size + line.len() + 1 > max {
+            break;
+        }
+        size += line.len() + 1;
+        kept.push(line);
+    }
+    kept.reverse();
+    let mut out = kept.join("\n");
+    if out.len() > max {
+        let cut = out.len() - max;
+        let cut = (cut..out.len())
+            .find(|i| out.is_char_boundary(*i))
+            .unwrap_or(cut);
+        out = out[cut..].to_owned();
+    }
+    out
 }
 
 /// Longest part of a unit's name taken from its volume's id: CSI allows ids far

@@ -7,12 +7,15 @@
 //! [`kube`]), writes the volume's files under the state directory
 //! ([`published`]; a config that finds its nodes through the Kubernetes API is
 //! lent the plugin's access, [`api_access`]) and starts its
-//! mount's keeper outside the plugin ([`launch`]), then keeps a copy of the
+//! mount's keeper outside the plugin ([`launch`]) with what [`prepare`] gives
+//! it (the driver's tokens copied for it, [`tokens`]), then keeps a copy of the
 //! mount's connection. The plugin may restart at any time: at start it finds the
-//! volumes it published and takes back their copies, and it replaces a keeper
-//! that dies on the same connection, so no published mount ever breaks.
-//! [`identity`] answers who the plugin is; [`error`] maps failures to gRPC codes;
-//! [`install`] puts the image's `shoal-mount` on the host.
+//! volumes it published and takes back their copies, hands each mount over to
+//! its own `shoal-mount` ([`upgrade`]), and it replaces a keeper that dies on
+//! the same connection, so no published mount ever breaks. [`metrics`] and
+//! [`scrape`] serve its metrics and its mounts'. [`identity`] answers who the
+//! plugin is; [`error`] maps failures to gRPC codes; [`install`] puts the image's
+//! `shoal-mount` on the host.
 
 pub mod api_access;
 pub mod authority;
@@ -22,11 +25,16 @@ pub mod identity;
 pub mod install;
 pub mod kube;
 pub mod launch;
+pub mod metrics;
 pub mod node;
 pub mod options;
 pub mod pod_identity;
+pub mod prepare;
 pub mod published;
+pub mod scrape;
 pub mod share;
+pub mod tokens;
+pub mod upgrade;
 pub mod volume;
 pub mod zone;
 
@@ -57,6 +65,12 @@ pub struct PluginConfig {
     /// The config a volume names none of.
     pub default_config: PathBuf,
     pub kube: KubeApi,
+    /// The first of the groups the volumes' tokens belong to ([`tokens`]).
+    pub token_group_base: u32,
+    /// How often the copies of the driver's tokens are brought up to date.
+    pub token_refresh: Duration,
+    /// Hand mounts on another `shoal-mount` over to `mount_bin` at start.
+    pub upgrade_mounts: bool,
 }
 
 pub struct Plugin {
@@ -73,6 +87,15 @@ pub struct Plugin {
     pub shares: PathBuf,
     /// The plugin's API access, lent to mounts that find their nodes there.
     pub api_access: Arc<api_access::ApiAccess>,
+    /// The groups of the volumes' tokens.
+    pub readers: tokens::Readers,
+    /// The driver's own tokens, copied to the mounts that read with its role.
+    pub driver_tokens: tokens::DriverTokens,
+    pub token_refresh: Duration,
+    /// What `mount_bin` is (`None` if it cannot be read or run).
+    pub driver_mount: Option<upgrade::DriverMount>,
+    pub upgrade_mounts: bool,
+    pub metrics: metrics::Metrics,
 }
 
 impl Plugin {
@@ -86,8 +109,17 @@ impl Plugin {
                 .map_err(|e| format!("state directory {}: {e}", d.display()))?;
         }
         let api_access = api_access::ApiAccess::start(c.kube.clone(), c.state_dir.join("kube"))?;
+        let driver_mount = upgrade::DriverMount::of(&c.mount_bin)
+            .map_err(|e| tracing::warn!("cannot tell which shoal-mount the driver has: {e}"))
+            .ok();
         let p = Arc::new(Plugin {
             api_access,
+            readers: tokens::Readers::new(c.token_group_base),
+            driver_tokens: tokens::DriverTokens::from_env(),
+            token_refresh: c.token_refresh,
+            driver_mount,
+            upgrade_mounts: c.upgrade_mounts,
+            metrics: metrics::Metrics::default(),
             node_id: c.node_id,
             zone: c.zone,
             mount_bin: c.mount_bin,
@@ -131,6 +163,9 @@ impl Plugin {
                 target.display(),
                 record.fingerprint.volume_id
             );
+            if let Some(id) = record.reader {
+                self.readers.claim(id);
+            }
             self.volumes
                 .map
                 .lock()
@@ -229,13 +264,17 @@ impl Plugin {
     }
 }
 
-/// Serves the Identity and Node services on `listener` until `shutdown`.
+/// Serves the Identity and Node services on `listener` until `shutdown`; hands
+/// the mounts over to the driver's `shoal-mount` meanwhile (`upgrade_mounts`).
 pub async fn serve(
     plugin: Arc<Plugin>,
     listener: tokio::net::UnixListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     tokio::spawn(plugin.clone().watch_keepers(Duration::from_secs(1)));
+    tokio::spawn(plugin.clone().refresh_tokens());
+    let me = plugin.clone();
+    tokio::task::spawn_blocking(move || me.upgrade_mounts());
     tonic::transport::Server::builder()
         .add_service(proto::identity_server::IdentityServer::new(plugin.clone()))
         .add_service(proto::node_server::NodeServer::new(plugin))

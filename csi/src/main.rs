@@ -67,6 +67,26 @@ struct Args {
     kube_token_file: Option<PathBuf>,
     #[arg(long, requires = "kube_api")]
     kube_ca_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (like 0.0.0.0:9809): the
+    /// plugin's own (volumes, mounts, shares, binds, launches, failed calls by
+    /// reason, handovers, each mount's version) and every mount's, labelled
+    /// with its volume and mount.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// At start, hand every mount served by another shoal-mount than
+    /// --mount-bin (the one a rollout just installed) over to it, one at a time,
+    /// under its readers; a mount whose new server cannot start goes on with its
+    /// old one.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    upgrade_mounts: bool,
+    /// The first of the 65536 groups the volumes' tokens belong to: a mount's
+    /// unit (--launcher systemd) is given its volume's group alone, and reads no
+    /// other volume's token. Pick a range no user or group of the host uses.
+    #[arg(long, default_value_t = 2_147_418_112, value_name = "GID")]
+    token_group_base: u32,
+    /// How often the mounts' copies of the driver's tokens are brought up to date.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, hide = true)]
+    token_refresh: std::time::Duration,
 }
 
 fn main() -> ExitCode {
@@ -149,6 +169,9 @@ fn run(args: Args) -> Result<(), String> {
         launcher: args.launcher,
         default_config: args.default_config,
         kube,
+        token_group_base: args.token_group_base,
+        token_refresh: args.token_refresh,
+        upgrade_mounts: args.upgrade_mounts,
     })?;
     rt.block_on(async {
         if let Some(dir) = socket.parent() {
@@ -159,6 +182,12 @@ fn run(args: Args) -> Result<(), String> {
         let listener = tokio::net::UnixListener::bind(&socket)
             .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
         tracing::info!("serving CSI on {}", socket.display());
+        if let Some(addr) = args.metrics_addr {
+            let at = shoal_csi::scrape::serve(addr, plugin.clone())
+                .await
+                .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+            tracing::info!("serving metrics on http://{at}/metrics");
+        }
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

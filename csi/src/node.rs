@@ -14,11 +14,10 @@ use tonic::{Request, Response, Status};
 
 use crate::condition;
 use crate::error::CsiError;
-use crate::launch::Launch;
-use crate::pod_identity::write_token;
 use crate::proto;
 use crate::proto::node_server::Node;
-use crate::published::{control_of, Published, Record, Volumes};
+use crate::published::{control_of, Published, Volumes};
+use crate::tokens::write_token;
 use crate::volume::{Auth, VolumeSpec};
 use crate::Plugin;
 
@@ -33,40 +32,46 @@ impl Node for Arc<Plugin> {
         &self,
         req: Request<proto::NodePublishVolumeRequest>,
     ) -> Answer<proto::NodePublishVolumeResponse> {
-        let spec = VolumeSpec::from_publish(req.get_ref(), &self.default_config)?;
-        let lock = self.volumes.lock(&spec.target);
-        let _held = lock.lock().await;
-        if req.get_ref().staging_target_path.is_empty() {
-            // A CO that does not stage (an inline volume): a mount of its own.
-            self.publish(spec).await?;
-        } else {
-            self.bind(spec, false).await?;
-        }
-        Ok(Response::new(proto::NodePublishVolumeResponse {}))
+        self.counted("publish", async {
+            let spec = VolumeSpec::from_publish(req.get_ref(), &self.default_config)?;
+            let lock = self.volumes.lock(&spec.target);
+            let _held = lock.lock().await;
+            if req.get_ref().staging_target_path.is_empty() {
+                // A CO that does not stage (an inline volume): a mount of its own.
+                self.publish(spec).await?;
+            } else {
+                self.bind(spec, false).await?;
+            }
+            Ok(proto::NodePublishVolumeResponse {})
+        })
+        .await
     }
 
     async fn node_unpublish_volume(
         &self,
         req: Request<proto::NodeUnpublishVolumeRequest>,
     ) -> Answer<proto::NodeUnpublishVolumeResponse> {
-        let r = req.get_ref();
-        if r.volume_id.is_empty() {
-            return Err(CsiError::Invalid("volume_id is missing".into()).into());
-        }
-        if r.target_path.is_empty() {
-            return Err(CsiError::Invalid("target_path is missing".into()).into());
-        }
-        let target = PathBuf::from(&r.target_path);
-        let lock = self.volumes.lock(&target);
-        let _held = lock.lock().await;
-        if self.unbind(&target).await? {
-            return Ok(Response::new(proto::NodeUnpublishVolumeResponse {}));
-        }
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || me.unpublish(&target))
-            .await
-            .map_err(|e| CsiError::Internal(e.to_string()))??;
-        Ok(Response::new(proto::NodeUnpublishVolumeResponse {}))
+        self.counted("unpublish", async {
+            let r = req.get_ref();
+            if r.volume_id.is_empty() {
+                return Err(CsiError::Invalid("volume_id is missing".into()));
+            }
+            if r.target_path.is_empty() {
+                return Err(CsiError::Invalid("target_path is missing".into()));
+            }
+            let target = PathBuf::from(&r.target_path);
+            let lock = self.volumes.lock(&target);
+            let _held = lock.lock().await;
+            if self.unbind(&target).await? {
+                return Ok(proto::NodeUnpublishVolumeResponse {});
+            }
+            let me = self.clone();
+            tokio::task::spawn_blocking(move || me.unpublish(&target))
+                .await
+                .map_err(|e| CsiError::Internal(e.to_string()))??;
+            Ok(proto::NodeUnpublishVolumeResponse {})
+        })
+        .await
     }
 
     async fn node_get_capabilities(
@@ -103,70 +108,78 @@ impl Node for Arc<Plugin> {
         &self,
         req: Request<proto::NodeGetVolumeStatsRequest>,
     ) -> Answer<proto::NodeGetVolumeStatsResponse> {
-        let r = req.get_ref();
-        if r.volume_id.is_empty() {
-            return Err(CsiError::Invalid("volume_id is missing".into()).into());
-        }
-        if r.volume_path.is_empty() {
-            return Err(CsiError::Invalid("volume_path is missing".into()).into());
-        }
-        let path = PathBuf::from(&r.volume_path);
-        let published = self
-            .volumes
-            .map
-            .lock()
-            .unwrap()
-            .get(&path)
-            .is_some_and(|p| p.record.fingerprint.volume_id == r.volume_id)
-            || self
-                .binds
+        self.counted("stats", async {
+            let r = req.get_ref();
+            if r.volume_id.is_empty() {
+                return Err(CsiError::Invalid("volume_id is missing".into()));
+            }
+            if r.volume_path.is_empty() {
+                return Err(CsiError::Invalid("volume_path is missing".into()));
+            }
+            let path = PathBuf::from(&r.volume_path);
+            let published = self
+                .volumes
+                .map
+                .lock()
+                .unwrap()
                 .get(&path)
-                .is_some_and(|b| b.fingerprint.volume_id == r.volume_id);
-        if !published {
-            return Err(CsiError::NotFound(format!(
-                "volume {:?} is not published at {}",
-                r.volume_id, r.volume_path
-            ))
-            .into());
-        }
-        let me = self.clone();
-        let (usage, condition) = tokio::task::spawn_blocking(move || me.stats(&path))
-            .await
-            .map_err(|e| CsiError::Internal(e.to_string()))?;
-        Ok(Response::new(proto::NodeGetVolumeStatsResponse {
-            usage,
-            volume_condition: Some(condition),
-        }))
+                .is_some_and(|p| p.record.fingerprint.volume_id == r.volume_id)
+                || self
+                    .binds
+                    .get(&path)
+                    .is_some_and(|b| b.fingerprint.volume_id == r.volume_id);
+            if !published {
+                return Err(CsiError::NotFound(format!(
+                    "volume {:?} is not published at {}",
+                    r.volume_id, r.volume_path
+                )));
+            }
+            let me = self.clone();
+            let (usage, condition) = tokio::task::spawn_blocking(move || me.stats(&path))
+                .await
+                .map_err(|e| CsiError::Internal(e.to_string()))?;
+            Ok(proto::NodeGetVolumeStatsResponse {
+                usage,
+                volume_condition: Some(condition),
+            })
+        })
+        .await
     }
 
     async fn node_stage_volume(
         &self,
         req: Request<proto::NodeStageVolumeRequest>,
     ) -> Answer<proto::NodeStageVolumeResponse> {
-        let spec = VolumeSpec::from_stage(req.get_ref(), &self.default_config)?;
-        let lock = self.volumes.lock(&spec.target);
-        let _held = lock.lock().await;
-        self.stage(spec).await?;
-        Ok(Response::new(proto::NodeStageVolumeResponse {}))
+        self.counted("stage", async {
+            let spec = VolumeSpec::from_stage(req.get_ref(), &self.default_config)?;
+            let lock = self.volumes.lock(&spec.target);
+            let _held = lock.lock().await;
+            self.stage(spec).await?;
+            Ok(proto::NodeStageVolumeResponse {})
+        })
+        .await
     }
 
     async fn node_unstage_volume(
         &self,
         req: Request<proto::NodeUnstageVolumeRequest>,
     ) -> Answer<proto::NodeUnstageVolumeResponse> {
-        let r = req.get_ref();
-        if r.volume_id.is_empty() {
-            return Err(CsiError::Invalid("volume_id is missing".into()).into());
-        }
-        if r.staging_target_path.is_empty() {
-            return Err(CsiError::Invalid("staging_target_path is missing".into()).into());
-        }
-        let path = PathBuf::from(&r.staging_target_path);
-        let lock = self.volumes.lock(&path);
-        let _held = lock.lock().await;
-        // Unstaging what is not staged (a pod-credentials volume) is fine.
-        self.unbind(&path).await?;
-        Ok(Response::new(proto::NodeUnstageVolumeResponse {}))
+        self.counted("unstage", async {
+            let r = req.get_ref();
+            if r.volume_id.is_empty() {
+                return Err(CsiError::Invalid("volume_id is missing".into()));
+            }
+            if r.staging_target_path.is_empty() {
+                return Err(CsiError::Invalid("staging_target_path is missing".into()));
+            }
+            let path = PathBuf::from(&r.staging_target_path);
+            let lock = self.volumes.lock(&path);
+            let _held = lock.lock().await;
+            // Unstaging what is not staged (a pod-credentials volume) is fine.
+            self.unbind(&path).await?;
+            Ok(proto::NodeUnstageVolumeResponse {})
+        })
+        .await
     }
 
     async fn node_expand_volume(
@@ -178,6 +191,21 @@ impl Node for Arc<Plugin> {
 }
 
 impl Plugin {
+    /// Answers a call's outcome, counting a failure by its reason.
+    async fn counted<T>(
+        &self,
+        call: &'static str,
+        f: impl std::future::Future<Output = Result<T, CsiError>>,
+    ) -> Answer<T> {
+        match f.await {
+            Ok(v) => Ok(Response::new(v)),
+            Err(e) => {
+                self.metrics.failure(call, &e);
+                Err(e.into())
+            }
+        }
+    }
+
     /// Publishes `spec`, or finds it published already.
     pub(crate) async fn publish(self: &Arc<Self>, spec: VolumeSpec) -> Result<(), CsiError> {
         let fingerprint = spec.fingerprint();
@@ -200,7 +228,7 @@ impl Plugin {
             if mount_is_live(&spec.target) {
                 // A republish (kubelet's requiresRepublish): a fresh token.
                 if let Some(t) = &spec.token {
-                    write_token(&dir.join("token"), t)?;
+                    write_token(&dir.join("token"), t, self.reader_of(&spec.target))?;
                 }
                 return Ok(());
             }
@@ -249,21 +277,28 @@ impl Plugin {
                 return Err(e);
             }
         };
+        let reader = record.reader;
+        let failed = |e: CsiError| {
+            cleanup(&dir, &spec.target, made_target);
+            if let Some(id) = reader {
+                self.readers.release(id);
+            }
+            e
+        };
         // The record before the mount: a plugin killed once the mount is live
         // finds it at its restart, and takes the mount back instead of removing
         // its files from under it.
         if let Err(e) = Volumes::save(&dir, &record) {
-            cleanup(&dir, &spec.target, made_target);
-            return Err(e.into());
+            return Err(failed(e.into()));
         }
         let launch = self.launch_of(&record, &dir);
         let launcher = self.launcher.clone();
         let started = tokio::task::spawn_blocking(move || launcher.start(&launch))
             .await
             .map_err(|e| CsiError::Internal(e.to_string()))?;
+        self.metrics.launched(started.is_ok());
         if let Err(e) = started {
-            cleanup(&dir, &spec.target, made_target);
-            return Err(e);
+            return Err(failed(e));
         }
         let held = shoal_mount::keeper::ask_fds(&control_of(&dir))
             .map_err(|e| {
@@ -287,131 +322,12 @@ impl Plugin {
         Ok(())
     }
 
-    /// The volume's files and what its mount runs with.
-    fn prepare(
-        &self,
-        spec: &VolumeSpec,
-        dir: &Path,
-        role: Option<String>,
-    ) -> Result<Record, CsiError> {
-        // A copy of the config: the mount reads it from here (a host path, for a
-        // keeper the host's systemd runs), and it does not change under it.
-        let config = dir.join("mount.toml");
-        std::fs::copy(&spec.config, &config).map_err(|e| {
-            CsiError::Invalid(format!(
-                "volume attribute config: {}: {e}",
-                spec.config.display()
-            ))
-        })?;
-        self.api_access.lend(&config)?;
-        let mut args = vec![
-            "--config".to_owned(),
-            config.display().to_string(),
-            "--control-socket".to_owned(),
-            control_of(dir).display().to_string(),
-        ];
-        args.extend(spec.args.iter().cloned());
-        if let Some(size) = &spec.cache {
-            let cache = dir.join("cache");
-            std::fs::create_dir_all(&cache)?;
-            args.push(format!("--disk-cache={}", cache.display()));
-            if !spec
-                .args
-                .iter()
-                .any(|a| a.starts_with("--disk-cache-size="))
-            {
-                args.push(format!("--disk-cache-size={size}"));
-            }
-        }
-        if let Some(z) = &self.zone {
-            args.push(format!("--zone={z}"));
-        }
-        let memory_max = match &spec.memory_limit {
-            Some(m) => {
-                shoal::config::units::Size::parse(m)
-                    .map_err(|e| CsiError::Invalid(format!("volume attribute memoryLimit: {e}")))?
-                    .0
-            }
-            None => shoal_mount::memory::default_limit(shoal_mount::memory::host_memory()),
-        };
-        args.push(format!("--memory-limit={memory_max}"));
-        args.push(spec.source());
-        args.push(spec.target.display().to_string());
-        let mut env = Vec::new();
-        if let (Auth::Pod { pod_uid, .. }, Some(role)) = (&spec.auth, role) {
-            let cfg = shoal::config::Config::load(&config)
-                .map_err(|e| CsiError::Invalid(format!("volume attribute config: {e}")))?;
-            if let Ok(o) = cfg.origin() {
-                if !matches!(
-                    o.credentials,
-                    shoal::config::CredentialMode::Chain { profile: None }
-                ) {
-                    return Err(CsiError::Invalid(format!(
-                        "authenticationSource: pod, but {} names the origin's credentials: the pod's role would not be used",
-                        spec.config.display()
-                    )));
-                }
-            }
-            let token = dir.join("token");
-            write_token(&token, spec.token.as_deref().unwrap_or_default())?;
-            // The chain finds the pod's web identity and nothing of the driver's.
-            let none = dir.join("none");
-            for (k, v) in [
-                (
-                    "AWS_WEB_IDENTITY_TOKEN_FILE",
-                    Some(token.display().to_string()),
-                ),
-                ("AWS_ROLE_ARN", Some(role)),
-                ("AWS_ROLE_SESSION_NAME", Some(format!("shoal-{pod_uid}"))),
-                ("AWS_CONFIG_FILE", Some(none.display().to_string())),
-                (
-                    "AWS_SHARED_CREDENTIALS_FILE",
-                    Some(none.display().to_string()),
-                ),
-                ("AWS_EC2_METADATA_DISABLED", Some("true".to_owned())),
-                ("AWS_ACCESS_KEY_ID", None),
-                ("AWS_SECRET_ACCESS_KEY", None),
-                ("AWS_SESSION_TOKEN", None),
-                ("AWS_PROFILE", None),
-                ("AWS_CONTAINER_CREDENTIALS_FULL_URI", None),
-                ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", None),
-                ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", None),
-            ] {
-                env.push((k.to_owned(), v));
-            }
-        }
-        Ok(Record {
-            target: spec.target.clone(),
-            fingerprint: spec.fingerprint(),
-            args,
-            env,
-            memory_max: Some(memory_max),
-        })
-    }
-
-    pub(crate) fn launch_of(&self, r: &Record, dir: &Path) -> Launch {
-        Launch {
-            mount_bin: self.mount_bin.clone(),
-            args: r.args.clone(),
-            env: r.env.clone(),
-            log: dir.join("mount.log"),
-            env_file: dir.join("unit.env"),
-            memory_max: r.memory_max,
-            unit: crate::launch::unit_name(
-                &r.fingerprint.volume_id,
-                &dir.file_name().unwrap_or_default().to_string_lossy(),
-            ),
-            description: format!(
-                "shoal CSI volume {} at {}",
-                r.fingerprint.volume_id,
-                r.target.display()
-            ),
-        }
-    }
-
     /// Ends the mount at `target` (if any) and removes what publishing made.
     pub(crate) fn unpublish(&self, target: &Path) -> Result<(), CsiError> {
         let published = self.volumes.map.lock().unwrap().remove(target);
+        if let Some(id) = published.as_ref().and_then(|p| p.record.reader) {
+            self.readers.release(id);
+        }
         let dir = self.volumes.dir_for(target);
         if published.is_some() || shoal_mount::is_mounted(target) {
             let control = control_of(&dir);
@@ -467,9 +383,25 @@ impl Plugin {
             None => Vec::new(),
         };
         let condition = if look.problems.is_empty() {
+            let driver = self.driver_mount.as_ref();
+            let version = look
+                .status
+                .as_ref()
+                .and_then(|s| crate::upgrade::mount_version(s, driver));
+            let message = match (version, driver) {
+                (Some(v), Some(d)) if v == d.version => {
+                    format!("mounted, answering, and served by shoal-mount {v} (the driver's)")
+                }
+                (Some(v), Some(d)) => format!(
+                    "mounted, answering, and served by shoal-mount {v} (the driver's is {})",
+                    d.version
+                ),
+                (Some(v), None) => format!("mounted, answering, and served by shoal-mount {v}"),
+                (None, _) => "mounted, answering, and served".into(),
+            };
             proto::VolumeCondition {
                 abnormal: false,
-                message: "mounted, answering, and served".into(),
+                message,
             }
         } else {
             proto::VolumeCondition {

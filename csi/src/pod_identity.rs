@@ -1,13 +1,9 @@
 //! A pod's own AWS identity, for a volume with `authenticationSource: pod`: the
 //! role its ServiceAccount names (`eks.amazonaws.com/role-arn`, read from the
 //! Kubernetes API as the driver's own service account may), and its token for
-//! STS, written where that volume's mount reads web-identity credentials and
-//! rewritten at every republish (kubelet's `requiresRepublish`), so the token
-//! never runs out under a mount.
-
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+//! STS, written where that volume's mount reads web-identity credentials
+//! ([`crate::tokens`]) and rewritten at every republish (kubelet's
+//! `requiresRepublish`), so the token never runs out under a mount.
 
 use crate::error::CsiError;
 use crate::kube::KubeApi;
@@ -38,19 +34,4 @@ impl KubeApi {
                 ))
             })
     }
-}
-
-/// Writes `token` to `path` whole (a reader sees the old token or the new one,
-/// never part of one), readable by this user only.
-pub fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(token.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }

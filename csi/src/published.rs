@@ -26,6 +26,9 @@ pub struct Record {
     /// The unit's `MemoryMax=` in bytes (absent in records of plugins before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_max: Option<u64>,
+    /// The group its tokens belong to ([`crate::tokens`]), if it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reader: Option<u32>,
 }
 
 /// One published volume.
@@ -44,6 +47,16 @@ impl Published {
 
 pub fn control_of(dir: &Path) -> PathBuf {
     dir.join("control.sock")
+}
+
+/// Where the mount of `dir` serves its metrics (`shoal-mount --metrics-socket`).
+pub fn metrics_of(dir: &Path) -> PathBuf {
+    dir.join("metrics.sock")
+}
+
+/// Where the mount of `dir` writes the log of its start (`--start-log`).
+pub fn start_log_of(dir: &Path) -> PathBuf {
+    dir.join("start.log")
 }
 
 /// Whether a keeper answers on the control socket in `dir`: its mount is live,

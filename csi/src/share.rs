@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::error::CsiError;
-use crate::pod_identity::write_token;
 use crate::published::control_of;
+use crate::tokens::write_token;
 use crate::volume::{Auth, Fingerprint, VolumeSpec};
 use crate::Plugin;
 
@@ -59,6 +59,11 @@ impl Binds {
     fn file_of(&self, target: &Path) -> PathBuf {
         let h = xxhash_rust::xxh3::xxh3_64(target.as_os_str().as_encoded_bytes());
         self.root.join(format!("{h:016x}.json"))
+    }
+
+    /// Every bind.
+    pub fn all(&self) -> Vec<Bind> {
+        self.map.lock().unwrap().values().cloned().collect()
     }
 
     pub fn get(&self, target: &Path) -> Option<Bind> {
@@ -174,7 +179,8 @@ impl Plugin {
             if crate::node::mount_is_live(&spec.target) {
                 // A republish (kubelet's requiresRepublish): a fresh token.
                 if let Some(t) = &spec.token {
-                    write_token(&self.volumes.dir_for(&b.share).join("token"), t)?;
+                    let dir = self.volumes.dir_for(&b.share);
+                    write_token(&dir.join("token"), t, self.reader_of(&b.share))?;
                 }
                 return Ok(());
             }

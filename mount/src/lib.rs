@@ -8,6 +8,7 @@
 //! one on request ([`link`] is how they talk), so a mount outlives the process
 //! serving it. This module holds what both need: the mount's spec and its checks.
 
+pub mod build;
 pub mod env_file;
 pub mod fs;
 pub mod fuse;
@@ -22,8 +23,9 @@ pub mod passthrough;
 pub mod pipes;
 pub mod replies;
 pub mod server;
+pub mod start_log;
+pub mod token_group;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,7 +52,8 @@ pub struct MountSpec {
     /// The memory the mount is held to (`--memory-limit`): its RAM tier, blocks
     /// in flight and read window derive from it ([`memory`]).
     pub memory_limit: Option<u64>,
-    pub metrics_addr: Option<SocketAddr>,
+    /// Where `/metrics` is served (`--metrics-addr`, `--metrics-socket`).
+    pub metrics: Vec<metrics::Listen>,
 }
 
 /// What the cluster reader and the FUSE adapter are built with.

@@ -1,7 +1,6 @@
 //! `shoal-mount`: mount an S3 bucket read-only, reading through the shoal cluster.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
@@ -17,142 +16,11 @@ use shoal_mount::MountSpec;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod mount_options;
-
-/// Mount BUCKET[/PREFIX] read-only at MOUNTPOINT; reads go through the shoal cache
-/// cluster named in the config ([cluster]), or straight to S3 without one.
-///
-/// Runs in the background by default and returns once the mount is live (or prints
-/// why it could not mount and exits non-zero). SIGINT or SIGTERM unmounts cleanly.
-/// As a mount helper: `mount -t fuse.shoal BUCKET /mnt -o config=/etc/shoal/mount.toml`.
-///
-/// A mount outlives the process serving it: a small keeper process holds the
-/// kernel connection and restarts the server if it dies, with the same inodes and
-/// open files. SIGHUP to the keeper, or `shoal-mount --restart MOUNTPOINT`, hands
-/// the mount over to a fresh server (the binary now installed) without failing a
-/// call.
-///
-/// Origin credentials: the keys in [origin.credentials], or without them the AWS
-/// credential chain (environment, shared config and credentials files, web
-/// identity, container credentials, EC2 instance metadata), refreshed as they
-/// expire. The region: origin.region, --region, AWS_REGION, AWS_DEFAULT_REGION, the
-/// profile's, then instance metadata on AWS's own endpoints.
-#[derive(Parser, Debug)]
-#[command(version, about, long_about)]
-struct Args {
-    /// BUCKET[/PREFIX] to mount (default: mount.source in the config).
-    source: Option<String>,
-    /// Directory to mount on: must exist and be empty (default: mount.mountpoint).
-    mountpoint: Option<PathBuf>,
-    /// The TOML config ([origin], [cluster], [cache], [mount]).
-    #[arg(long, short, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Stay in the foreground instead of returning once mounted.
-    #[arg(long, short)]
-    foreground: bool,
-    /// Let users other than the mounting one read the files.
-    #[arg(long)]
-    allow_other: bool,
-    /// Owner of every file (default: the mounting user).
-    #[arg(long)]
-    uid: Option<u32>,
-    /// Group of every file (default: the mounting user's group).
-    #[arg(long)]
-    gid: Option<u32>,
-    /// Permission bits of files, octal (default 0444).
-    #[arg(long, value_name = "MODE")]
-    file_mode: Option<String>,
-    /// Permission bits of directories, octal (default 0555).
-    #[arg(long, value_name = "MODE")]
-    dir_mode: Option<String>,
-    /// How long listings and attributes are trusted, like "10s" (default 10s);
-    /// also how old a listing the cluster may answer with.
-    #[arg(long, value_name = "DURATION")]
-    metadata_ttl: Option<String>,
-    /// Where listings and HEADs go: "cluster" (their owner nodes, which cache
-    /// and share them between mounts; the origin when no node answers) or
-    /// "origin" (each mount asks the origin itself). Default: cluster.
-    #[arg(long, value_name = "WHERE", value_parser = ["cluster", "origin"])]
-    metadata: Option<String>,
-    /// Client RAM tier for blocks, like "512MiB".
-    #[arg(long, value_name = "SIZE")]
-    cache_size: Option<String>,
-    /// Hold the mount to this much memory, like "1GiB": its RAM tier, blocks in
-    /// flight, read window and the replies it makes at once are made to fit
-    /// (never above what they are set to), so it lives under a cgroup's
-    /// MemoryMax= of that size; reads past that wait. At least 160MiB.
-    #[arg(long, value_name = "SIZE")]
-    memory_limit: Option<String>,
-    /// Cluster blocks in flight per sequential reader, 1 to 1024 (default: the
-    /// config's cluster.read_window, else 8).
-    #[arg(long, value_name = "BLOCKS")]
-    read_window: Option<usize>,
-    /// Entries fetched ahead when a directory's entries are visited in listing
-    /// order (cp -r, tar, cat dir/*, find): a file's first block, a directory's
-    /// listing; 0 turns it off (default 32).
-    #[arg(long, value_name = "FILES")]
-    prefetch_files: Option<usize>,
-    /// The mount's own disk tier: keep blocks read in this directory (files held
-    /// there whole are read by the kernel directly).
-    #[arg(long, value_name = "DIR")]
-    disk_cache: Option<PathBuf>,
-    /// Bound of the disk tier, like "10GiB" (with --disk-cache or mount.disk_cache).
-    #[arg(long, value_name = "SIZE")]
-    disk_cache_size: Option<String>,
-    /// The zone this reader is in: it routes only to nodes of its zone (with a
-    /// [cluster]; nothing without one).
-    #[arg(long, value_name = "ZONE")]
-    zone: Option<String>,
-    /// Serve Prometheus metrics on this address, like 127.0.0.1:9180.
-    #[arg(long, value_name = "ADDR")]
-    metrics_addr: Option<SocketAddr>,
-    /// S3 endpoint, when the config has no [origin] section.
-    #[arg(long, value_name = "URL")]
-    endpoint: Option<String>,
-    /// S3 region, when the config has no [origin] section.
-    #[arg(long)]
-    region: Option<String>,
-    /// In the background, write logs here (default: discarded once mounted; use
-    /// --foreground to watch them).
-    #[arg(long, value_name = "FILE")]
-    log_file: Option<PathBuf>,
-    /// Set environment variables from FILE (NAME=VALUE lines) first: the
-    /// variables a config's *_env keys name, kept off command lines. Only its
-    /// owner may read the file.
-    #[arg(long, value_name = "FILE")]
-    env_file: Option<PathBuf>,
-    /// Hand the mount on MOUNTPOINT over to a fresh server process (after an
-    /// upgrade, say): reads in flight finish, open files keep reading.
-    #[arg(long, value_name = "MOUNTPOINT", conflicts_with_all = ["source", "status"])]
-    restart: Option<PathBuf>,
-    /// Print the state of the mount on MOUNTPOINT (its keeper and server
-    /// processes, restarts and handovers) as JSON.
-    #[arg(long, value_name = "MOUNTPOINT", conflicts_with = "source")]
-    status: Option<PathBuf>,
-    /// The keeper's control socket (default: one per mountpoint under
-    /// /run/shoal-mount, $XDG_RUNTIME_DIR/shoal-mount or /tmp/shoal-mount-UID).
-    #[arg(long, value_name = "PATH")]
-    control_socket: Option<PathBuf>,
-    /// Serve a mount for its keeper (started by the keeper itself).
-    #[arg(long, hide = true)]
-    serve: bool,
-    /// Mount options, comma-separated (fstab style): ro, allow_other, uid=N, gid=N,
-    /// file_mode=M, dir_mode=M, metadata_ttl=D, metadata=cluster|origin, cache_size=S, memory_limit=S, read_window=N, prefetch_files=N,
-    /// disk_cache=DIR, disk_cache_size=S, zone=Z, config=FILE, foreground; _netdev, nofail,
-    /// noauto, defaults and the like are ignored.
-    #[arg(short = 'o', value_name = "OPTIONS")]
-    options: Vec<String>,
-}
-
-fn mode(s: &str, what: &str) -> Result<u16, String> {
-    u16::from_str_radix(s.trim_start_matches("0o"), 8)
-        .ok()
-        .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| format!("--{what} {s:?} is not an octal mode like 0444"))
-}
+mod args;
+use args::{apply_o, mode, Args};
 
 fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
-    mount_options::apply(&mut args)?;
+    apply_o(&mut args)?;
     // Flags go into the config before it is checked, so they meet the file's bounds.
     let over = Overrides {
         ram_size: args
@@ -228,7 +96,15 @@ fn spec(mut args: Args) -> Result<(MountSpec, bool), String> {
             .transpose()
             .map_err(|e| format!("--memory-limit: {e}"))?
             .map(|s| s.0),
-        metrics_addr: args.metrics_addr.or(config.metrics_listen),
+        metrics: (args.metrics_addr.or(config.metrics_listen))
+            .map(shoal_mount::metrics::Listen::Tcp)
+            .into_iter()
+            .chain(
+                args.metrics_socket
+                    .clone()
+                    .map(shoal_mount::metrics::Listen::Unix),
+            )
+            .collect(),
         config,
     };
     // A limit too small for the blocks is an error now, not at the first read.
@@ -280,11 +156,22 @@ fn daemonize() -> ExitCode {
 fn main() -> ExitCode {
     shoal::heap::fewer_arenas();
     let args = Args::parse();
+    if let Some(p) = &args.start_log {
+        // A keeper starts it afresh; the servers it starts (--serve) add to it.
+        if let Err(e) = shoal_mount::start_log::open(p, !args.serve) {
+            eprintln!("shoal-mount: --start-log {}: {e}", p.display());
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(g) = args.token_group {
+        if let Err(e) = shoal_mount::token_group::join(g) {
+            return failed(2, &e);
+        }
+    }
     // Before any thread starts, and before the log reads RUST_LOG.
     if let Some(f) = &args.env_file {
         if let Err(e) = shoal_mount::env_file::load(f) {
-            eprintln!("shoal-mount: {e}");
-            return ExitCode::from(2);
+            return failed(2, &e.to_string());
         }
     }
     tracing_subscriber::fmt()
@@ -294,7 +181,7 @@ fn main() -> ExitCode {
         // Colours for a terminal only: under systemd stderr is the journal, which
         // would keep the escapes in every line.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        .with_writer(|| shoal_mount::start_log::Tee)
         .init();
     let log_file = args.log_file.clone();
     for (verb, mnt) in [("restart", &args.restart), ("status", &args.status)] {
@@ -305,10 +192,7 @@ fn main() -> ExitCode {
     let (serve, control_socket) = (args.serve, args.control_socket.clone());
     let (spec, foreground) = match spec(args) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("shoal-mount: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return failed(2, &e),
     };
     if !foreground && !serve {
         return daemonize();
@@ -316,6 +200,7 @@ fn main() -> ExitCode {
     let notify = std::env::var_os(READY_ENV).is_some();
     let server_log = log_file.clone();
     let ready = move || {
+        shoal_mount::start_log::done();
         if notify {
             let mut out = std::io::stdout();
             let _ = writeln!(out, "{READY_LINE}");
@@ -348,22 +233,25 @@ fn main() -> ExitCode {
     if serve {
         return match link_fd().and_then(|link| shoal_mount::server::run(spec, link)) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                if !e.is_empty() {
-                    eprintln!("shoal-mount: {e}");
-                }
-                ExitCode::from(1)
-            }
+            Err(e) if e.is_empty() => ExitCode::from(1),
+            Err(e) => failed(1, &e),
         };
     }
     match keep(spec, control_socket, (notify, server_log), ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shoal-mount: {e}");
+            let code = failed(1, &e);
             std::thread::sleep(Duration::from_millis(10));
-            ExitCode::from(1)
+            code
         }
     }
+}
+
+/// Says why this process fails, on standard error and in the start log.
+fn failed(code: u8, why: &str) -> ExitCode {
+    eprintln!("shoal-mount: {why}");
+    shoal_mount::start_log::note(&format!("shoal-mount: {why}"));
+    ExitCode::from(code)
 }
 
 /// The control socket of the mount on `mnt`.

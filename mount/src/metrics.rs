@@ -3,6 +3,7 @@
 //! which also carries the cluster reader's (`shoal_client_`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use shoal::cluster::metrics::catch_up;
 
@@ -113,6 +115,15 @@ impl MountMetrics {
         shoal::exposition::zeroed(&self.ops, ops(&TIMED_OPS));
         shoal::exposition::zeroed(&self.ops, ops(&OTHER_OPS));
         let p = r.sub_registry_with_prefix("shoal_mount");
+        let me = crate::build::this();
+        p.register(
+            "build",
+            "This shoal-mount's version, and the digest of its executable",
+            Info::new(vec![
+                ("version", crate::build::VERSION.to_owned()),
+                ("build", me.to_owned()),
+            ]),
+        );
         shoal::register_metrics!(p,
             "op_seconds" => self.op_seconds, "FUSE operation latency, by operation";
             "ops" => self.ops, "FUSE requests received, by operation";
@@ -154,13 +165,39 @@ impl MountMetrics {
     }
 }
 
-/// Serves `/metrics` (mount and cluster reader) on `addr` until the runtime stops.
-pub async fn serve(
-    addr: SocketAddr,
-    fs: Arc<Fs>,
-    metrics: Arc<MountMetrics>,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+/// Where `/metrics` is served: a TCP address (`--metrics-addr`), or a Unix
+/// socket (`--metrics-socket`, what a CSI driver gathers its mounts' from).
+#[derive(Clone, Debug)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(a) => write!(f, "{a}"),
+            Listen::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+/// Serves `/metrics` (mount and cluster reader) on `on` until the runtime stops.
+pub async fn serve(on: &Listen, fs: Arc<Fs>, metrics: Arc<MountMetrics>) -> std::io::Result<()> {
+    let listener = match on {
+        Listen::Tcp(addr) => Listener::Tcp(tokio::net::TcpListener::bind(addr).await?),
+        Listen::Unix(path) => {
+            // The socket of the server before this one (a handover, a crash):
+            // it no longer listens.
+            let _ = std::fs::remove_file(path);
+            Listener::Unix(tokio::net::UnixListener::bind(path)?)
+        }
+    };
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     fs.reader().metrics.register(&mut registry);
@@ -171,43 +208,55 @@ pub async fn serve(
     let registry = Arc::new(registry);
     tokio::spawn(async move {
         loop {
-            let Ok((sock, _)) = listener.accept().await else {
-                continue;
-            };
             let (fs, metrics, registry) = (fs.clone(), metrics.clone(), registry.clone());
-            tokio::spawn(async move {
-                let svc =
-                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (fs, metrics, registry) =
-                            (fs.clone(), metrics.clone(), registry.clone());
-                        async move {
-                            let resp = if req.uri().path() == "/metrics" {
-                                metrics.refresh(&fs);
-                                let accept = req
-                                    .headers()
-                                    .get(http::header::ACCEPT)
-                                    .and_then(|v| v.to_str().ok());
-                                match shoal::exposition::render(&registry, accept) {
-                                    Ok((ct, body)) => http::Response::builder()
-                                        .header("content-type", ct)
-                                        .body(Full::new(Bytes::from(body))),
-                                    Err(e) => http::Response::builder()
-                                        .status(500)
-                                        .body(Full::new(Bytes::from(e))),
-                                }
-                            } else {
-                                http::Response::builder()
-                                    .status(404)
-                                    .body(Full::new(Bytes::from_static(b"not found\n")))
-                            };
-                            Ok::<_, std::convert::Infallible>(resp.expect("static response"))
-                        }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(sock), svc)
-                    .await;
-            });
+            match &listener {
+                Listener::Tcp(l) => {
+                    if let Ok((sock, _)) = l.accept().await {
+                        tokio::spawn(answer(TokioIo::new(sock), fs, metrics, registry));
+                    }
+                }
+                Listener::Unix(l) => {
+                    if let Ok((sock, _)) = l.accept().await {
+                        tokio::spawn(answer(TokioIo::new(sock), fs, metrics, registry));
+                    }
+                }
+            }
         }
     });
     Ok(())
+}
+
+/// Answers the requests of one connection.
+async fn answer<S>(io: S, fs: Arc<Fs>, metrics: Arc<MountMetrics>, registry: Arc<Registry>)
+where
+    S: hyper::rt::Read + hyper::rt::Write + Unpin,
+{
+    let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let (fs, metrics, registry) = (fs.clone(), metrics.clone(), registry.clone());
+        async move {
+            let resp = if req.uri().path() == "/metrics" {
+                metrics.refresh(&fs);
+                let accept = req
+                    .headers()
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                match shoal::exposition::render(&registry, accept) {
+                    Ok((ct, body)) => http::Response::builder()
+                        .header("content-type", ct)
+                        .body(Full::new(Bytes::from(body))),
+                    Err(e) => http::Response::builder()
+                        .status(500)
+                        .body(Full::new(Bytes::from(e))),
+                }
+            } else {
+                http::Response::builder()
+                    .status(404)
+                    .body(Full::new(Bytes::from_static(b"not found\n")))
+            };
+            Ok::<_, std::convert::Infallible>(resp.expect("static response"))
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, svc)
+        .await;
 }

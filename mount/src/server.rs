@@ -130,9 +130,9 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
         &mountpoint,
         reader.read_window() as u64 * reader.block_size() / 1024,
     );
-    if let Some(addr) = spec.metrics_addr {
-        if let Err(e) = rt.block_on(metrics::serve(addr, fs.clone(), metrics)) {
-            tracing::warn!("cannot serve metrics on {addr}: {e}");
+    for on in &spec.metrics {
+        if let Err(e) = rt.block_on(metrics::serve(on, fs.clone(), metrics.clone())) {
+            tracing::warn!("cannot serve metrics on {on}: {e}");
         }
     }
     tracing::info!(
@@ -143,6 +143,7 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
         reader.router().nodes().len()
     );
     link.send(&Msg::Serving, &[]).map_err(|e| e.to_string())?;
+    crate::start_log::done();
     serve(&link, running);
     drop(chan);
     rt.shutdown_timeout(Duration::from_secs(2));

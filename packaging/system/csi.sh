@@ -50,6 +50,8 @@ pod_token=pod-token-$stamp
 kube_token=kube-token-$stamp
 node_name=system-csi-node
 zone=zone-a
+# Where the plugin serves its metrics and its mounts' (--metrics-addr).
+csi_metrics=127.0.38.8:9809
 
 echo "== tools"
 python3 -c 'import grpc, grpc_tools' 2>/dev/null || python3 -m pip install --quiet grpcio grpcio-tools ||
@@ -165,7 +167,7 @@ Description=shoal CSI node plugin, as the DaemonSet's container runs it
 [Service]
 # The DaemonSet's arguments; in a pod the API's address comes from
 # KUBERNETES_SERVICE_HOST, here it is given.
-ExecStart=/usr/bin/shoal-csi --endpoint=unix://$socket_in --node-id=$node_name --zone-from-node --state-dir=$plugin_dir --launcher=systemd --mount-bin=$plugin_dir/bin/shoal-mount --default-config=/etc/shoal/mount.toml --kube-api=http://$kube
+ExecStart=/usr/bin/shoal-csi --endpoint=unix://$socket_in --node-id=$node_name --zone-from-node --state-dir=$plugin_dir --launcher=systemd --mount-bin=$plugin_dir/bin/shoal-mount --default-config=/etc/shoal/mount.toml --kube-api=http://$kube --metrics-addr=$csi_metrics
 EnvironmentFile=/etc/shoal/csi-plugin.env
 Environment=RUST_LOG=info
 # kubelet starts a killed container again.
@@ -306,8 +308,10 @@ done
 for v in vol-alpha:"$target_a" vol-beta:"$target_b"; do
   stats=$(kubelet stats "${v%%:*}" "${v#*:}" 2>&1)
   echo "     NodeGetVolumeStats ${v%%:*}: $stats"
+  # (From a file: the condition's text has quotes of its own.)
+  printf '%s\n' "$stats" >"$work/stats"
   check "NodeGetVolumeStats answers for ${v%%:*} after the restart: normal" bash -c \
-    "grep -q '\"abnormal\"' <<<'$stats' && exit 1; grep -q 'mounted, answering, and served' <<<'$stats' && grep -q '\"unit\": \"BYTES\"' <<<'$stats'"
+    "! grep -q '\"abnormal\"' '$work/stats' && grep -q 'mounted, answering, and served' '$work/stats' && grep -q '\"unit\": \"BYTES\"' '$work/stats'"
 done
 again=$(publish vol-alpha "$target_a" alpha pod-a 2>&1)
 check "a publish of vol-alpha again (kubelet's after a restart) is OK ($again) and starts no unit ($(units | wc -l) units)" \
@@ -448,7 +452,7 @@ check "unpublish the 16th" kubelet unpublish vol-shared "$last"
 for _ in $(seq 100); do [ -z "$(units)" ] && break; sleep 0.1; done
 check "with the stage and the last publish gone, so is the unit" test -z "$(units)"
 
-# Membership from the EndpointSlices, in a file of its own (it shares this
-# one's variables and helpers).
-source packaging/system/csi-slices.sh
+# Nodes from EndpointSlices; the driver's own role; mounts that follow its
+# version and a mount that cannot start: each part in a file of its own.
+for part in slices driver-role upgrade; do source "packaging/system/csi-$part.sh"; done
 summary

@@ -3,7 +3,6 @@
 //! the metrics they expose. Each crate's `tests/common` adds only what is its own
 //! (an in-process node, say).
 
-mod aws_mock;
 mod cgroup;
 mod client;
 mod config;
@@ -19,7 +18,6 @@ mod procs;
 mod proxy;
 mod wait;
 
-pub use aws_mock::{AwsMock, Issued, CONTAINER_TOKEN, ROLE_ARN};
 pub use cgroup::{CgroupVersion, MemCgroup, MemUse};
 pub use client::{client_options, node_s3_client};
 pub use config::{
@@ -36,6 +34,7 @@ pub use origin::{origin, origin_client, BUCKET};
 pub use pki::PrivateCa;
 pub use procs::{bin, free_addr, is_mounted, q, sh, sh_ok, signal, Mount, NodeProcess};
 pub use proxy::Proxy;
+pub use shoal_testorigin::aws_mock::{AwsMock, Issued, CONTAINER_TOKEN, ROLE_ARN};
 pub use wait::{wait_for, wait_for_value, wait_until};
 
 pub use shoal_testorigin::{FaultSettings, Origin, OriginOptions};

@@ -3,8 +3,10 @@
 //! Built on `s3s` (request parsing, SigV4 verification, S3 XML) over an in-memory
 //! store, with a fault mode ([`Faults`]) and exact request counters ([`Stats`]).
 //! Start it in process with [`Origin::start`], or as the `shoal-test-origin` binary.
+//! [`aws_mock`] serves the AWS services that hand out its temporary keys.
 
 mod auth;
+pub mod aws_mock;
 mod errors;
 mod faults;
 mod lists;

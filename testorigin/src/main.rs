@@ -2,8 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Parser;
+use shoal_testorigin::aws_mock::AwsMock;
 use shoal_testorigin::{FaultSettings, Origin, OriginOptions};
 
 /// A real S3 server on loopback (in-memory, SigV4-checked) with a fault mode.
@@ -50,6 +52,18 @@ struct Args {
     /// Initial per-connection bandwidth cap in bytes per second (0 = none).
     #[arg(long, default_value_t = 0)]
     bandwidth: u64,
+    /// Also serve the AWS services that hand out this origin's temporary keys
+    /// (STS web identity, container credentials, instance metadata) on
+    /// 127.0.0.1, and write their URL to FILE.
+    #[arg(long, value_name = "FILE")]
+    aws_url_file: Option<PathBuf>,
+    /// STS takes web identity TOKEN for role ROLE_ARN, whose keys read the
+    /// buckets (repeatable; with --aws-url-file).
+    #[arg(long, value_name = "TOKEN=ROLE_ARN", requires = "aws_url_file")]
+    web_identity: Vec<String>,
+    /// How long the AWS services' keys last, in seconds.
+    #[arg(long, default_value_t = 3600, requires = "aws_url_file")]
+    aws_key_lifetime: u64,
 }
 
 fn seed(origin: &Origin, bucket: &str, root: &Path, dir: &Path) -> std::io::Result<u64> {
@@ -110,6 +124,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.buckets[0]
         );
     }
+    // Held until the origin stops.
+    let _aws = match &args.aws_url_file {
+        Some(f) => {
+            let aws = AwsMock::start(&origin, Duration::from_secs(args.aws_key_lifetime)).await;
+            let buckets: Vec<&str> = args.buckets.iter().map(String::as_str).collect();
+            for grant in &args.web_identity {
+                let (token, role) = grant
+                    .split_once('=')
+                    .ok_or_else(|| format!("--web-identity {grant:?} is not TOKEN=ROLE_ARN"))?;
+                aws.grant_web_identity(token, role, &buckets);
+            }
+            std::fs::write(f, aws.url())?;
+            eprintln!("AWS services for its keys on {}", aws.url());
+            Some(aws)
+        }
+        None => None,
+    };
     if let Some(f) = &args.addr_file {
         std::fs::write(f, origin.addr.to_string())?;
     }

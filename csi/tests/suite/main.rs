@@ -7,10 +7,13 @@ mod common;
 
 mod adopt;
 mod condition;
+mod driver_role;
 mod fuzz_h2;
 mod grpc_python;
 mod node;
+mod plugin_metrics;
 mod pod_credentials;
 mod restart;
 mod share;
 mod systemd;
+mod upgrade;

@@ -136,8 +136,15 @@ async fn a_units_secrets_come_from_a_private_file_not_its_command_line() {
         unit.is_some_and(|u| u.starts_with("shoal-csi-vol-u-") && u.ends_with(".service")),
         "the unit's name says its volume: {unit:?}"
     );
-    // The volume's memory limit: the unit's, and what the mount fits itself to.
-    for want in ["--property=MemoryMax=268435456", "--memory-limit=268435456"] {
+    // The volume's memory limit: the unit's, and what the mount fits itself to;
+    // a unit that reads no file past its mode, and no device but FUSE's.
+    for want in [
+        "--property=MemoryMax=268435456",
+        "--memory-limit=268435456",
+        "--property=CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_RESOURCE",
+        "--property=DevicePolicy=closed",
+        "--property=DeviceAllow=/dev/fuse rw",
+    ] {
         assert!(
             calls[0].iter().any(|a| a == want),
             "{want} in {:?}",

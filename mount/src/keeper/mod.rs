@@ -11,9 +11,10 @@
 //!   successor is started and checked first, the old server drains (answers
 //!   everything it took, takes nothing new), then the successor takes over.
 //! - `SIGTERM`/`SIGINT` or `--unmount` unmount; an unmount from outside ends it.
-//! - Its control socket answers `status`, `restart`, `unmount`, and `fds` (a copy
-//!   of the device and the journal, for a CSI driver that keeps one so that even
-//!   the keeper may be replaced).
+//! - Its control socket answers `status` (with the keeper's version and the
+//!   digest of the server's executable, [`crate::build`]), `restart`,
+//!   `unmount`, and `fds` (a copy of the device and the journal, for a CSI
+//!   driver that keeps one so that even the keeper may be replaced).
 //!
 //! The keeper does no I/O of its own beyond this: what can fail (the network,
 //! the disk tier, memory) fails in the server, which it replaces.
@@ -215,7 +216,9 @@ impl Keeper {
         serde_json::json!({
             "mountpoint": self.mountpoint,
             "keeper": std::process::id(),
+            "version": crate::build::this(),
             "server": self.server.as_ref().map(|s| s.child.id()),
+            "server_build": self.server.as_ref().and_then(|s| s.build()),
             "restarts": self.restarts,
             "handovers": self.handovers,
         })

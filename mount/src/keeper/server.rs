@@ -35,6 +35,8 @@ pub(super) struct Server {
     pub id: u64,
     pub link: Link,
     pub child: Child,
+    /// The digest of the executable it runs ([`crate::build`]), once asked.
+    build: std::cell::OnceCell<Option<String>>,
 }
 
 impl Server {
@@ -89,7 +91,19 @@ impl Server {
             id,
             link: ours,
             child,
+            build: Default::default(),
         })
+    }
+
+    /// The digest of the executable it runs: the file it was started from, as
+    /// it was then, whatever is at that path now.
+    pub fn build(&self) -> Option<&str> {
+        self.build
+            .get_or_init(|| {
+                let exe = PathBuf::from(format!("/proc/{}/exe", self.child.id()));
+                crate::build::digest_of(&exe).ok()
+            })
+            .as_deref()
     }
 
     pub fn kill(&self) {

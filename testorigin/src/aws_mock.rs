@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::Origin;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use shoal_testorigin::Origin;
 
 /// The role and account the mock's credentials belong to.
 pub const ROLE_ARN: &str = "arn:aws:iam::123456789012:role/shoal-reader";
@@ -34,8 +34,8 @@ pub struct Issued {
 }
 
 struct State {
-    keys: shoal_testorigin::Keys,
-    policy: shoal_testorigin::Policy,
+    keys: crate::Keys,
+    policy: crate::Policy,
     lifetime: Mutex<Duration>,
     counter: AtomicU64,
     /// Requests by what they asked for ("imds-token", "imds-role", "imds-creds",
@@ -66,7 +66,7 @@ impl AwsMock {
 
     /// [`Self::start`] over TLS with `cert` (PEM chain and key): `https://` URLs.
     pub async fn start_tls(origin: &Origin, lifetime: Duration, cert: (String, String)) -> AwsMock {
-        let tls = shoal_testorigin::tls_acceptor(&cert.0, &cert.1).expect("a usable certificate");
+        let tls = crate::tls_acceptor(&cert.0, &cert.1).expect("a usable certificate");
         Self::serve(origin, lifetime, Some(tls)).await
     }
 
@@ -153,6 +153,11 @@ impl AwsMock {
                 buckets.iter().map(|b| b.to_string()).collect(),
             ),
         );
+    }
+
+    /// STS no longer takes `token` (a rotated token whose successor is out).
+    pub fn revoke_web_identity(&self, token: &str) {
+        self.state.identities.lock().unwrap().remove(token);
     }
 
     pub fn expect_web_identity_token(&self, t: &str) {
