@@ -18,8 +18,15 @@
 //! or without the mark, answers from RAM or disk, or from a fetch it already
 //! runs ([`super::joined`]), or 504, and never asks another node or the origin
 //! for it. Asks so go no deeper than owner then runner-up, whatever each node
-//! thinks the cluster is. Past `node.peer_fill_timeout` without the answer's
-//! first byte, or on any answer but the block, the origin is asked as before.
+//! thinks the cluster is.
+//!
+//! The node asked acknowledges at once, before the bytes of a block it is
+//! fetching are in ([`super::joined`]): `node.peer_fill_timeout` measures that
+//! acknowledgement (is the node there and answering?), never the origin behind
+//! it. The body is then judged as any read from a node is: its first bytes
+//! within `cluster.first_byte_timeout`, no pause longer than
+//! `cluster.stall_timeout`. Past either, or on any answer but the block, the
+//! origin is asked as before.
 //!
 //! The answer is held to what an origin fetch is held to: the version pinned by
 //! `If-Match` (and checked again on the answer's ETag: a copy of another version
@@ -31,7 +38,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
-use shoal::store::{collect, stall_guard, GetObject, GetResponse, ObjectMeta};
+use shoal::store::{collect, paced_guard, GetObject, GetResponse, ObjectMeta, ObjectStore};
 
 use super::NodeError;
 use crate::access::trace::PeerFill;
@@ -84,8 +91,11 @@ pub struct Peers {
     /// This node's id in the cluster: what it owns is asked of runner-ups,
     /// what it does not of owners.
     pub self_id: String,
-    /// How long the node asked has to start answering.
+    /// How long the node asked has to acknowledge an ask.
     pub timeout: Duration,
+    /// How long an acknowledged answer's first bytes may take: a node read's
+    /// first byte deadline.
+    pub first_byte: Duration,
     /// Longest the answer's body may pause once it started.
     pub stall: Duration,
     /// Clients of the other nodes for listings and HEADs ([`super::peer_meta`]).
@@ -219,7 +229,7 @@ impl Peers {
         req: &GetObject,
         (bk, want): (&BlockKey, Option<u64>),
     ) -> Result<(String, GetResponse, u64), PeerFill> {
-        let store = self.reader.node_store(peer);
+        let store = self.clients.for_blocks(peer);
         let resp = match tokio::time::timeout(timeout, store.get_range(req)).await {
             Err(_) => return Err(PeerFill::Timeout),
             Ok(Err(e)) if shoal::node_proto::is_not_cached(&e) => return Err(PeerFill::Miss),
@@ -259,7 +269,7 @@ impl Peers {
         metrics: &Metrics,
     ) -> Result<ObjectMeta, PeerFill> {
         let meta = resp.meta.clone();
-        resp.body = stall_guard(resp.body, self.stall, peer.to_owned());
+        resp.body = paced_guard(resp.body, self.first_byte, self.stall, peer.to_owned());
         match collect(resp).await {
             Ok(b) if b.len() as u64 == got_want && into.push(&b).is_ok() => {
                 metrics.peer_fill_bytes(role, b.len() as u64);

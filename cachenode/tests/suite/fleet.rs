@@ -36,26 +36,26 @@ pub fn node_of_fleet(
     nodes: &[&str],
     cache: &str,
 ) -> NodeProcess {
-    node_of_cluster(dir, i, origin, listen, (nodes, ""), (cache, "150ms"))
+    node_of_cluster(dir, i, origin, listen, &cluster_toml(nodes, ""), cache)
 }
 
-/// [`node_of_fleet`] with `extra` keys in its `[cluster]` section (its mode)
-/// and `node.peer_fill_timeout` `peer_fill`.
+/// [`node_of_fleet`] with `cluster` as its `[cluster]` section, every `[node]`
+/// setting but its address and access log at its default.
 pub fn node_of_cluster(
     dir: &Path,
     i: usize,
     origin: &Origin,
     listen: &str,
-    (nodes, extra): (&[&str], &str),
-    (cache, peer_fill): (&str, &str),
+    cluster: &str,
+    cache: &str,
 ) -> NodeProcess {
     let toml = node_toml(
         origin,
         &format!(
-            "peer_fill_timeout = \"{peer_fill}\"\naccess_log = \"{}\"",
+            "access_log = \"{}\"",
             dir.join(format!("access{i}.log")).display()
         ),
-        &format!("[cache]\n{cache}\n{}", cluster_toml(nodes, extra)),
+        &format!("[cache]\n{cache}\n{cluster}"),
     )
     .replace(
         "listen = \"127.0.0.1:0\"",

@@ -17,3 +17,4 @@ mod journal;
 mod memory;
 mod metadata;
 mod mount;
+mod second_host;
