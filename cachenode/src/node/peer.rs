@@ -40,6 +40,7 @@ use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
 use shoal::store::{collect, paced_guard, GetObject, GetResponse, ObjectMeta, ObjectStore};
 
+use super::fetch::Learn;
 use super::NodeError;
 use crate::access::trace::PeerFill;
 use crate::metrics::Metrics;
@@ -139,14 +140,15 @@ impl Peers {
 
     /// Block `bk` (of an object `size` bytes long, when known) from its owner,
     /// or from its runner-up when this node owns it, into `into`: what that node
-    /// said of the version when it sent the block, `None` (counted, and nothing
-    /// written) when it did not.
+    /// said of the version when it sent the block (told to `learn` before the
+    /// block's bytes are in `into`), `None` (counted, and nothing written) when
+    /// it did not.
     pub async fn fill(
         &self,
         bk: &BlockKey,
         size: Option<u64>,
         into: &mut Fill<NodeError>,
-        metrics: &Metrics,
+        (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Option<ObjectMeta> {
         if self.timeout.is_zero() || !into.is_empty() {
             return None;
@@ -155,13 +157,20 @@ impl Peers {
         if peers.is_empty() {
             return None;
         }
-        self.fill_from(&peers, role, self.timeout, (bk, size), into, metrics)
-            .await
+        self.fill_from(
+            &peers,
+            role,
+            self.timeout,
+            (bk, size),
+            into,
+            (learn, metrics),
+        )
+        .await
     }
 
     /// [`Self::fill`] from the first of nodes `peers` (`role` says which they
-    /// are) to answer with the block, each of which has `timeout` to start
-    /// answering (a leaving node handing its blocks back, say).
+    /// are) to answer with the block, each of which has `timeout` to
+    /// acknowledge the ask (a leaving node handing its blocks back, say).
     pub async fn fill_from(
         &self,
         peers: &[String],
@@ -169,7 +178,7 @@ impl Peers {
         timeout: Duration,
         (bk, size): (&BlockKey, Option<u64>),
         into: &mut Fill<NodeError>,
-        metrics: &Metrics,
+        (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Option<ObjectMeta> {
         let _asking = self.asking.enter(bk);
         let (mut req, want) = super::fetch::block_get(bk, size);
@@ -199,23 +208,18 @@ impl Peers {
                     // dropped unanswered.
                     drop(asks);
                     result = self
-                        .take(&peer, role, resp, (bk, got_want), into, metrics)
+                        .take(&peer, role, resp, (bk, got_want), into, (learn, metrics))
                         .await;
                     break;
                 }
                 Err(r) => result = result.map_err(|worst| worse(worst, r)),
             }
         }
-        match result {
-            Ok(meta) => {
-                metrics.peer_fill(role, PeerFill::Hit);
-                Some(meta)
-            }
-            Err(r) => {
-                metrics.peer_fill(role, r);
-                None
-            }
+        // A hit is counted where it is taken, before its bytes are readable.
+        if let Err(r) = result {
+            metrics.peer_fill(role, r);
         }
+        result.ok()
     }
 
     /// The answer of node `peer` to `req` (block `bk`, `want` bytes when the
@@ -258,7 +262,9 @@ impl Peers {
     }
 
     /// The body of `peer`'s answer `resp` into `into`, which must be exactly
-    /// the block's `got_want` bytes.
+    /// the block's `got_want` bytes. The version is learned, and the hit
+    /// counted, before the bytes are in `into`: a reader of them may answer
+    /// its own asker at once.
     async fn take(
         &self,
         peer: &str,
@@ -266,13 +272,16 @@ impl Peers {
         mut resp: GetResponse,
         (bk, got_want): (&BlockKey, u64),
         into: &mut Fill<NodeError>,
-        metrics: &Metrics,
+        (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Result<ObjectMeta, PeerFill> {
         let meta = resp.meta.clone();
         resp.body = paced_guard(resp.body, self.first_byte, self.stall, peer.to_owned());
         match collect(resp).await {
-            Ok(b) if b.len() as u64 == got_want && into.push(&b).is_ok() => {
+            Ok(b) if b.len() as u64 == got_want && b.len() <= into.remaining() => {
+                learn(&meta);
+                metrics.peer_fill(role, PeerFill::Hit);
                 metrics.peer_fill_bytes(role, b.len() as u64);
+                into.push(&b).expect("checked against the room left");
                 Ok(meta)
             }
             Ok(b) => {

@@ -18,3 +18,4 @@ mod memory;
 mod metadata;
 mod mount;
 mod second_host;
+mod served_bytes;
