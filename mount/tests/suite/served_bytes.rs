@@ -51,6 +51,8 @@ async fn a_nodes_served_bytes_are_what_a_mount_received() {
     let random = data(32 << 20, 82);
     o.put(BUCKET, "seq.bin", seq.clone());
     o.put(BUCKET, "random.bin", random.clone());
+    let small = data(4096, 84);
+    o.put(BUCKET, "small.bin", small.clone());
     let ndir = tempfile::tempdir().unwrap();
     let node = start_node(&o, ndir.path(), "n");
     let addr = free_addr();
@@ -59,6 +61,9 @@ async fn a_nodes_served_bytes_are_what_a_mount_received() {
         BUCKET,
         &["--metrics-addr", &addr],
     );
+
+    // A first read puts the labelled families on both pages.
+    assert!(std::fs::read(m.path("small.bin")).unwrap() == small[..]);
 
     // One cold `cat` of a 64 MiB file, compared byte for byte.
     let local = ndir.path().join("seq.bin");
