@@ -92,6 +92,7 @@ pub fn build(
                 reader: r.clone(),
                 self_id: me.clone(),
                 timeout: node_cfg.peer_fill_timeout,
+                first_byte: c.timeouts.first_byte,
                 stall: c.timeouts.stall,
                 clients: node::PeerClients::new(c, &origin.options().region),
                 asking: Default::default(),

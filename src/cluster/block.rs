@@ -2,6 +2,13 @@
 //! joined if one is in flight, else started (one flight per block however
 //! many ask). Read-ahead that must be in flight before a read can follow it
 //! opens its blocks without waiting ([`ClusterReader::open_block_now`]).
+//!
+//! Read-ahead on a path whose nodes hold what it reads asks them for what they
+//! hold only ([`Ask::Held`]): a guess at what the reader reads next never costs
+//! the origin a request for bytes that no reader may ask for, so a second host
+//! that reads what the first one read costs the origin nothing, however
+//! differently its read-ahead guesses. A block so asked that no node holds is
+//! not fetched; a read that then wants it fetches it as any read does.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,6 +20,16 @@ use crate::blocks::{Block, BlockKey, Fill, Served, Touch};
 use crate::node_proto;
 use crate::store::{budget, GetObject, ObjectMeta};
 
+/// Whom a block's fetch may ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// The nodes, then the origin: a read, or read-ahead of a cold path.
+    Any,
+    /// What the nodes hold only (`x-shoal-cached-only`): read-ahead of a
+    /// path the nodes hold.
+    Held,
+}
+
 impl ClusterReader {
     /// Block `index` of the version `meta`: held by a tier, or its fetch (in
     /// flight already, or started now), whose bytes can be read as they arrive.
@@ -22,11 +39,11 @@ impl ClusterReader {
         bucket: &str,
         key: &str,
         meta: &ObjectMeta,
-        index: u64,
-        hop: u32,
+        (index, hop): (u64, u32),
         touch: Touch,
+        ask: Ask,
     ) -> Block<ReadError> {
-        let (bk, len, req) = self.block_request(bucket, key, meta, index, hop);
+        let (bk, len, req) = self.block_request(bucket, key, meta, (index, hop), ask);
         let me = self.clone();
         let class = budget::current();
         let block = self
@@ -48,11 +65,11 @@ impl ClusterReader {
         bucket: &str,
         key: &str,
         meta: &ObjectMeta,
-        index: u64,
-        hop: u32,
+        (index, hop): (u64, u32),
+        ask: Ask,
     ) -> Block<ReadError> {
         debug_assert!(!self.tiers.has_disk(), "a disk tier is looked in first");
-        let (bk, len, req) = self.block_request(bucket, key, meta, index, hop);
+        let (bk, len, req) = self.block_request(bucket, key, meta, (index, hop), ask);
         let me = self.clone();
         let class = budget::current();
         // The flight looks in RAM itself, under the lock it is registered with.
@@ -72,8 +89,8 @@ impl ClusterReader {
         bucket: &str,
         key: &str,
         meta: &ObjectMeta,
-        index: u64,
-        hop: u32,
+        (index, hop): (u64, u32),
+        ask: Ask,
     ) -> (BlockKey, usize, GetObject) {
         let bk = self.key(bucket, key, &meta.etag, index);
         let len = bk.len_in(meta.size) as usize;
@@ -82,6 +99,7 @@ impl ClusterReader {
             .if_match(&meta.etag);
         node_proto::set_hop(&mut req, hop);
         node_proto::set_class(&mut req, budget::current());
+        node_proto::set_cached_only(&mut req, ask == Ask::Held);
         (bk, len, req)
     }
 
@@ -102,6 +120,8 @@ impl ClusterReader {
         self.metrics.queue_wait.observe(t0.elapsed().as_secs_f64());
         let filled = match permit {
             Some(_permit) => self.fetcher.fill(&req, index, &mut into).await,
+            // What the nodes do not hold is not asked of the origin.
+            None if node_proto::is_cached_only(&req) => Err(node_proto::not_held(&req)),
             // Every slot is taken for longer than the bound: queueing behind
             // them would only add latency, so read the origin now.
             None => {

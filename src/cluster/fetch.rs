@@ -168,8 +168,9 @@ impl Fetcher {
     }
 
     /// Fills `into` with `req` (one block range of `bucket/key`, block `index`,
-    /// pinned by `If-Match`) through the cluster, falling back to the origin; says
-    /// who sent the last bytes. `into` is empty on entry.
+    /// pinned by `If-Match`) through the cluster, falling back to the origin
+    /// unless `req` asks for what a node holds only; says who sent the last
+    /// bytes. `into` is empty on entry.
     pub(crate) async fn fill<E>(
         &self,
         req: &GetObject,
@@ -183,6 +184,7 @@ impl Fetcher {
         let (opened, spare) = match self.open_routed(req, index).await {
             Ok(answer) => answer,
             Err(Routed::Answer(e)) => return Err(e),
+            Err(_) if node_proto::is_cached_only(req) => return Err(node_proto::not_held(req)),
             Err(Routed::Fallback(cause)) => return self.fill_origin(req, cause, into).await,
         };
         let failed = match check(&opened, req, start, end) {
@@ -301,6 +303,9 @@ impl Fetcher {
                     Err(e) if e.is_answer() => return Err(e),
                     Err(e) => cause = cause_of(&e),
                 }
+            }
+            if node_proto::is_cached_only(req) {
+                return Err(node_proto::not_held(req));
             }
             let rest = rest_of(req, start + into.len() as u64, end);
             return self.fill_origin(&rest, cause, into).await;

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::{stream, Stream, StreamExt, TryStreamExt};
 
+use super::block::Ask;
 use super::error::ReadError;
 use super::reader::ClusterReader;
 use super::visits::Visits;
-use crate::blocks::{Part, Touch};
+use crate::blocks::{Part, Served, Touch};
 use crate::store::{budget, ObjectMeta};
 
 impl ClusterReader {
@@ -90,7 +91,8 @@ pub(crate) struct HandleInner {
     /// Blocks whose owners were asked to have them ready and have not answered
     /// yet ([`Handle::warm`]).
     pub warming: std::sync::Mutex<std::collections::HashSet<u64>>,
-    /// Answers in a row to those asks that said the node held the block.
+    /// Answers in a row to those asks, and to this handle's reads from nodes,
+    /// that said the node held what was asked for.
     pub held_run: std::sync::atomic::AtomicU32,
     /// Which of this handle's reads count a use of their block.
     pub(super) visits: std::sync::Mutex<Visits>,
@@ -155,13 +157,29 @@ impl Handle {
         hi: usize,
         touch: Touch,
     ) -> Result<Part, ReadError> {
+        match self.part_once(index, lo, hi, touch).await {
+            // Joined read-ahead that asked for what the nodes hold, and they
+            // held nothing: this read fetches the block as any read does.
+            Err(e) if not_held(&e) => self.part_once(index, lo, hi, touch).await,
+            r => r,
+        }
+    }
+
+    /// [`Self::part`] from the block's fetch as it is, whatever that may ask.
+    async fn part_once(
+        &self,
+        index: u64,
+        lo: usize,
+        hi: usize,
+        touch: Touch,
+    ) -> Result<Part, ReadError> {
         if self.is_stale() {
             return Err(self.stale_error());
         }
         let h = &self.0;
         let block = h
             .reader
-            .open_block(&h.bucket, &h.key, &h.meta, index, h.hop, touch)
+            .open_block(&h.bucket, &h.key, &h.meta, (index, h.hop), touch, Ask::Any)
             .await;
         let r = block.part(lo, hi).await.map_err(ReadError::from);
         self.note_stale(r).await
@@ -237,22 +255,73 @@ impl Handle {
     /// arrived: a read inside a block being fetched waits for its own bytes, not
     /// for the whole block.
     pub async fn read_parts(&self, start: u64, len: u64) -> Result<Parts, ReadError> {
+        self.parts(start, len, false).await
+    }
+
+    /// [`Self::read_parts`] for a reader whose reads are what it wants (direct
+    /// I/O: a column chunk, a footer) and nothing more: of a block the read
+    /// covers only in part, and that no tier here holds or is fetching, only
+    /// the read's own bytes are asked for. What is fetched past them is what
+    /// read-ahead asks for, never a whole block around a chunk's end.
+    pub async fn read_exact_parts(&self, start: u64, len: u64) -> Result<Parts, ReadError> {
+        self.parts(start, len, true).await
+    }
+
+    async fn parts(&self, start: u64, len: u64, exact: bool) -> Result<Parts, ReadError> {
         let end = start.saturating_add(len).min(self.0.meta.size);
         if start >= end {
             return Ok(Parts::default());
         }
         let bs = self.0.reader.block_size();
+        let size = self.0.meta.size;
         let parts = (start / bs..=(end - 1) / bs).map(|i| {
             let off = i * bs;
             let lo = start.saturating_sub(off) as usize;
             let hi = (end - off).min(bs) as usize;
-            self.part(i, lo, hi, self.touch(i))
+            let touch = self.touch(i);
+            let partial = exact && (lo > 0 || (hi as u64) < bs.min(size - off));
+            async move {
+                if !partial {
+                    return self.part(i, lo, hi, touch).await;
+                }
+                let h = &self.0;
+                if h.reader.here(&h.bucket, &h.key, &h.meta, i).await {
+                    match self.part_once(i, lo, hi, touch).await {
+                        Err(e) if not_held(&e) => {}
+                        r => return r,
+                    }
+                }
+                let bytes = self
+                    .range_in_block(off + lo as u64, off + hi as u64)
+                    .await?;
+                Ok(Part {
+                    bytes,
+                    served: Served::Fetched,
+                    waited: true,
+                })
+            }
         });
-        let got = futures_util::future::try_join_all(parts).await?;
+        let got = self
+            .noting(futures_util::future::try_join_all(parts))
+            .await?;
         Ok(Parts {
             waited: got.iter().any(|p| p.waited),
             parts: got.into_iter().map(|p| p.bytes).collect(),
         })
+    }
+
+    /// Runs `read`, noting whether the nodes that answered it held what it
+    /// asked for ([`Cache-Status`](crate::store::seen)): read-ahead of a path
+    /// they hold asks for what they hold only ([`Ask::Held`]).
+    async fn noting<T>(&self, read: impl std::future::Future<Output = T>) -> T {
+        let (out, seen) = crate::store::seen::cache_statuses(read).await;
+        if let Some(held) = held_by_nodes(&seen) {
+            match held {
+                true => drop(self.0.held_run.fetch_add(1, Relaxed)),
+                false => self.0.held_run.store(0, Relaxed),
+            }
+        }
+        out
     }
 
     /// Block `index` was handed over whole to a cache above this one (the
@@ -286,7 +355,9 @@ impl Handle {
                 }
             }
         });
-        let mut got = futures_util::future::try_join_all(parts).await?;
+        let mut got = self
+            .noting(futures_util::future::try_join_all(parts))
+            .await?;
         if got.len() == 1 {
             return Ok(got.pop().unwrap());
         }
@@ -311,7 +382,9 @@ impl Handle {
         self.note_stale(r).await
     }
 
-    /// Starts fetching blocks `first..first+count` into the RAM tier without waiting.
+    /// Starts fetching blocks `first..first+count` into the RAM tier without
+    /// waiting: from what the nodes hold only, when they held what this
+    /// handle's reads asked for last ([`Ask::Held`]).
     pub fn prefetch(&self, first: u64, count: u64) {
         let bs = self.0.reader.block_size();
         let last = self.0.meta.size.div_ceil(bs);
@@ -320,6 +393,10 @@ impl Handle {
         }
         let blocks = first..(first + count).min(last);
         let h = &self.0;
+        let ask = match h.held_run.load(Relaxed) {
+            0 => Ask::Any,
+            _ => Ask::Held,
+        };
         if !h.reader.tiers.has_disk() {
             // Each fetch is in flight when this returns: a read that follows,
             // a spliced one too (it goes to the node itself unless a fetch is
@@ -327,7 +404,7 @@ impl Handle {
             for i in blocks.filter(|&i| self.fetches_ahead(i)) {
                 drop(budget::within_sync(budget::Class::ReadAhead, || {
                     h.reader
-                        .open_block_now(&h.bucket, &h.key, &h.meta, i, h.hop)
+                        .open_block_now(&h.bucket, &h.key, &h.meta, (i, h.hop), ask)
                 }));
             }
             return;
@@ -342,7 +419,7 @@ impl Handle {
                 if me.fetches_ahead(i) {
                     drop(
                         h.reader
-                            .open_block(&h.bucket, &h.key, &h.meta, i, h.hop, Touch::Use)
+                            .open_block(&h.bucket, &h.key, &h.meta, (i, h.hop), Touch::Use, ask)
                             .await,
                     );
                 }
@@ -361,4 +438,19 @@ impl Handle {
         }
         wanted
     }
+}
+
+/// Whether `e` says no node held a block that only what nodes hold was asked
+/// for ([`Ask::Held`]).
+fn not_held(e: &ReadError) -> bool {
+    e.store().is_some_and(crate::node_proto::is_not_cached)
+}
+
+/// What the `Cache-Status` entries of a read's answers say: whether the nodes
+/// held what it asked for (`None`: no node answered it).
+fn held_by_nodes(seen: &[String]) -> Option<bool> {
+    if seen.is_empty() {
+        return None;
+    }
+    Some(seen.iter().all(|s| s.starts_with("shoal; hit")))
 }

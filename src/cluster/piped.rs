@@ -129,7 +129,13 @@ impl ClusterReader {
     /// Whether a tier here holds block `index` of `meta`'s version, or is
     /// fetching it. A look, not a use: the read that follows counts if it is
     /// one.
-    async fn here(&self, bucket: &str, key: &str, meta: &ObjectMeta, index: u64) -> bool {
+    pub(crate) async fn here(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        index: u64,
+    ) -> bool {
         let bk = self.key(bucket, key, &meta.etag, index);
         self.tiers.arriving(&bk, &()).is_some()
             || self.tiers.lookup_as(&bk, Touch::Peek).await.is_some()

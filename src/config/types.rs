@@ -261,8 +261,12 @@ pub struct NodeConfig {
     pub max_connections: usize,
     /// Where one JSON line per request goes (reopened on SIGUSR1).
     pub access_log: Option<PathBuf>,
-    /// On a node with a `[cluster]`: how long a miss of a block it owns waits on
-    /// the block's runner-up before the origin is asked (zero: never asked).
+    /// On a node with a `[cluster]`: how long a miss waits for the node it
+    /// asks first (the block's runner-up, or its owner) to acknowledge the ask
+    /// before the origin is asked (zero: never asked). The node asked answers
+    /// at once, before the bytes of a block it is still fetching: this judges
+    /// whether it is there, never the origin's latency; the body is then held
+    /// to `cluster.first_byte_timeout` and `cluster.stall_timeout`.
     pub peer_fill_timeout: Duration,
     /// On SIGTERM, how long the node may take writing the blocks it holds only
     /// in RAM to its disk tier before it exits (zero: none written).

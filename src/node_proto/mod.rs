@@ -62,6 +62,21 @@ pub fn set_cached_only(req: &mut impl ExtraHeaders, on: bool) {
     req.set_header(CACHED_ONLY_HEADER, on.then(|| "1".to_owned()));
 }
 
+/// Whether `req` asks for what a node holds only.
+pub fn is_cached_only(req: &GetObject) -> bool {
+    req.header(CACHED_ONLY_HEADER).is_some()
+}
+
+/// What a cached-only request that no node could answer from its cache comes
+/// to: never the origin's bytes in its place.
+pub fn not_held(req: &GetObject) -> StoreError {
+    StoreError::Server {
+        status: 504,
+        code: NOT_CACHED.to_owned(),
+        message: format!("no node holds {} {:?}", req.key, req.range),
+    }
+}
+
 /// Says what `req` is for: a read someone waits on carries no header.
 pub fn set_class(req: &mut impl ExtraHeaders, class: Class) {
     req.set_header(

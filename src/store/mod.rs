@@ -26,7 +26,7 @@ use futures_util::StreamExt;
 
 pub use body::{Body, BodyResponse, Spliced};
 pub use error::{Deadline, StoreError};
-pub use stall::stall_guard;
+pub use stall::{paced_guard, stall_guard};
 pub use types::{
     is_archive_class, is_stored_header, unquote_etag, ByteRange, ByteStream, ExtraHeaders,
     GetObject, GetResponse, ListEntry, ListPage, ListRequest, ObjectMeta, STORED_HEADERS,

@@ -19,6 +19,7 @@ pub const CACHE_STATUS: &str = "cache-status";
 pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
     let accept = api.node.metadata.accept(asked_ttl(headers)?);
     let cached_only = cached_only(headers);
+    let acknowledge = crate::node::only_if_cached(headers);
     let class = asked_class(headers)?;
     let max_age = asked_max_age(headers)?;
     let Some(v) = headers.get(shoal::node_proto::HOP_HEADER) else {
@@ -26,6 +27,7 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
             hop: 0,
             accept,
             cached_only,
+            acknowledge,
             class,
             max_age,
         });
@@ -40,6 +42,7 @@ pub fn via(api: &NodeApi, headers: &http::HeaderMap) -> S3Result<Via> {
         hop,
         accept,
         cached_only,
+        acknowledge,
         class,
         max_age,
     })
@@ -324,7 +327,7 @@ pub async fn get(
     let r = api.resolve(&i.bucket, &i.key, ask!(i), true, via).await?;
     if cached_only
         && !node
-            .held_or_arriving(&i.bucket, &i.key, &r.meta, r.start, r.end)
+            .held_or_arriving(&i.bucket, &i.key, &r.meta, (r.start, r.end), via)
             .await
     {
         return Err(refuse);
@@ -428,8 +431,14 @@ pub async fn head(
     }
     // A cached-only ask (a runner-up's) is told how long ago the origin
     // confirmed the version, which the asker keeps.
+    // A version named by `If-Match` is good at any age: versions never change.
     let held_age = match cached_only {
-        true => Some(node.known_aged(&i.bucket, &i.key, via).ok_or(refuse)?.1),
+        true => {
+            let named = (i.if_match.as_ref().and_then(condition_etag))
+                .and_then(|e| node.known_version_aged(&i.bucket, &i.key, &e));
+            let held = named.or_else(|| node.known_aged(&i.bucket, &i.key, via));
+            Some(held.ok_or(refuse)?.1)
+        }
         false => None,
     };
     let r = match api.resolve(&i.bucket, &i.key, ask!(i), false, via).await {

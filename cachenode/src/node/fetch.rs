@@ -173,8 +173,7 @@ impl Source {
         learn: Learn<'_>,
     ) -> Result<ObjectMeta, NodeError> {
         if let Some(p) = &self.peers {
-            if let Some(meta) = p.fill(bk, size, into, &self.metrics).await {
-                learn(&meta);
+            if let Some(meta) = p.fill(bk, size, into, (learn, &self.metrics)).await {
                 return Ok(meta);
             }
         }

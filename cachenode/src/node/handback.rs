@@ -199,7 +199,10 @@ impl Node {
                 h.len as usize,
                 move |mut into| async move {
                     let peers = me.source.peers.as_ref().ok_or(NodeError::NotCached)?;
-                    match peers
+                    let learn = |meta: &shoal::store::ObjectMeta| {
+                        me.versions.remember(&bk.bucket, &bk.key, meta)
+                    };
+                    peers
                         .fill_from(
                             std::slice::from_ref(&from),
                             // The block's owner once the leaving node is
@@ -208,16 +211,11 @@ impl Node {
                             TAKE_TIMEOUT,
                             (&bk, size),
                             &mut into,
-                            &me.metrics,
+                            (&learn, &me.metrics),
                         )
                         .await
-                    {
-                        Some(meta) => {
-                            me.versions.remember(&bk.bucket, &bk.key, &meta);
-                            Ok(())
-                        }
-                        None => Err(NodeError::NotCached),
-                    }
+                        .map(drop)
+                        .ok_or(NodeError::NotCached)
                 },
             );
             match block.await.whole().await {

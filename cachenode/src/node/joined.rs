@@ -12,9 +12,17 @@
 //! fetch that is asking another node for its block ([`Asking`]) is waited on
 //! only by asks of the block's owner, and an owner's fetch asks only its
 //! runner-ups, which then have no fetch to offer but one of their own from the
-//! origin. The wait for the fetch's first bytes is bounded by
-//! `node.peer_fill_timeout`, as long as the asker waits for an answer before it
-//! goes to the origin itself; the rest streams as it arrives.
+//! origin.
+//!
+//! An ask is judged by the node asked, not by the origin behind it: a node's
+//! ask is acknowledged at once (its headers, before the fetch's first byte),
+//! and the asker's `node.peer_fill_timeout` measures that; the body streams as
+//! the fetch brings it, judged as any read from a node is. Only a fetch that is
+//! itself asking another node (its owner's, waiting on a runner-up) is waited
+//! on for its first bytes first, at most `node.peer_fill_timeout`: acknowledged
+//! at once, two nodes that each think they own a block could each wait on the
+//! other's body. A hedge (`x-shoal-cached-only`) races the owner on the bytes
+//! and is answered from a fetch only once its first bytes are in.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -22,7 +30,7 @@ use std::sync::Mutex;
 use shoal::blocks::BlockKey;
 use shoal::store::ObjectMeta;
 
-use super::Node;
+use super::{Node, Via};
 
 /// Blocks this node is asking another node for now.
 #[derive(Default)]
@@ -85,30 +93,47 @@ impl Node {
         (peers.owns(bk) || !peers.asking.contains(bk)).then_some(arriving)
     }
 
+    /// Whether a cached-only ask (`via`) may be answered from `arriving`, this
+    /// node's fetch of `bk`, before its first bytes: a node's ask of a fetch
+    /// that is not itself asking another node.
+    fn acknowledged(&self, bk: &BlockKey, via: Via) -> bool {
+        via.acknowledge
+            && self
+                .source
+                .peers
+                .as_ref()
+                .is_some_and(|p| !p.asking.contains(bk))
+    }
+
     /// Waits, at most `node.peer_fill_timeout`, for the first bytes of this
-    /// node's fetch of `bk` in flight, if a cached-only ask may join it
-    /// ([`Self::joinable`]). A fetch that fails or starts later leaves the block
-    /// missing, and the ask is answered 504.
-    pub(super) async fn join_fetch(&self, bk: &BlockKey) {
+    /// node's fetch of `bk` in flight, if a cached-only ask (`via`) may join it
+    /// ([`Self::joinable`]) and is not answered at once
+    /// ([`Self::acknowledged`]). A fetch that fails or starts later leaves the
+    /// block missing, and the ask is answered 504.
+    pub(super) async fn join_fetch(&self, bk: &BlockKey, via: Via) {
         let (Some(peers), Some(arriving)) = (&self.source.peers, self.joinable(bk)) else {
             return;
         };
+        if self.acknowledged(bk, via) {
+            self.metrics.cached_only_joins.inc();
+            return;
+        }
         let started = tokio::time::timeout(peers.timeout, arriving.started()).await;
         if matches!(started, Ok(Ok(()))) {
             self.metrics.cached_only_joins.inc();
         }
     }
 
-    /// Whether a cached-only ask of `start..end` of `meta`'s version can be
-    /// answered: every block held, or arriving in a fetch the ask may join that
-    /// has started.
+    /// Whether a cached-only ask (`via`) of `start..end` of `meta`'s version
+    /// can be answered: every block held, or arriving in a fetch the ask may
+    /// join that has started or that answers it at once.
     pub async fn held_or_arriving(
         &self,
         bucket: &str,
         key: &str,
         meta: &ObjectMeta,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
+        via: Via,
     ) -> bool {
         if end <= start {
             return true;
@@ -120,7 +145,9 @@ impl Node {
         let bs = policy.block_size;
         for i in start / bs..=(end - 1) / bs {
             let bk = Self::block_key(bucket, key, &meta.etag, i, bs);
-            let arriving = self.joinable(&bk).is_some_and(|g| !g.is_empty());
+            let arriving = self
+                .joinable(&bk)
+                .is_some_and(|g| !g.is_empty() || self.acknowledged(&bk, via));
             if !arriving && !self.tiers.cached(&bk).await {
                 return false;
             }

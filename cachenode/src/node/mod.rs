@@ -24,6 +24,7 @@ mod joined;
 mod own_headers;
 mod peer;
 mod peer_meta;
+mod pinned;
 mod read;
 mod stop;
 mod version_log;
@@ -86,6 +87,10 @@ pub struct Via {
     /// Answer from RAM or disk only, never asking the origin or another node
     /// (`only-if-cached`).
     pub cached_only: bool,
+    /// Asked by another node (`only-if-cached`), which judges this one by how
+    /// soon its answer starts: the headers go out at once, before the bytes
+    /// of a block still on its way, which then stream as they arrive.
+    pub acknowledge: bool,
     /// What the asker wants the bytes for (`x-shoal-class`): the class of the
     /// origin requests a miss makes.
     pub class: Class,
@@ -289,62 +294,6 @@ impl Node {
         }
     }
 
-    /// Like [`Self::resolve`] for a request pinned to `etag` that starts in node block
-    /// `index`: when the version is not known yet, that block is fetched with
-    /// `If-Match` and its answer supplies size and dates, saving the HEAD round trip
-    /// (what a cold small file costs). The block lands in the tiers for the read.
-    pub async fn resolve_pinned(
-        self: &Arc<Self>,
-        bucket: &str,
-        key: &str,
-        etag: &str,
-        index: u64,
-        via: Via,
-    ) -> Result<ObjectMeta, NodeError> {
-        let policy = self.policy(bucket, key);
-        if via.cached_only && policy.cache {
-            let bk = Node::block_key(bucket, key, etag, index, policy.block_size);
-            self.join_fetch(&bk).await;
-        }
-        if let Some((meta, _)) = self.known_fresh(bucket, key, &policy).await {
-            if meta.etag == etag {
-                return Ok(meta);
-            }
-        }
-        if !policy.cache || self.source.upstream.is_some() || via.cached_only {
-            return self.resolve(bucket, key, Some(etag), via).await;
-        }
-        let bk = Node::block_key(bucket, key, etag, index, policy.block_size);
-        let me = self.clone();
-        // The object's size is what this fetch learns: room for a whole block.
-        let len = policy.block_size as usize;
-        let asker = crate::access::trace::current();
-        let block = self
-            .tiers
-            .flight(bk.clone(), false, true, len, move |mut into| async move {
-                // Known from the answer's headers on: asks of this block from
-                // other nodes may join the fetch before its body is in.
-                let learn = |meta: &ObjectMeta| me.versions.remember(&bk.bucket, &bk.key, meta);
-                let fetched = me.source.node_block(&bk, None, &mut into, &learn);
-                let fetched = shoal::store::budget::within(via.class, fetched);
-                crate::access::trace::scope(asker, fetched).await.map(drop)
-            });
-        match block.whole().await {
-            Ok(_) => match self.versions.known(bucket, key, etag) {
-                Some(meta) => Ok(meta),
-                // Joined a block fetch that learned nothing, or forgotten since.
-                None => self.resolve(bucket, key, Some(etag), via).await,
-            },
-            Err(e) => match NodeError::from(e) {
-                // Past the end (or an empty object): the HEAD path answers exactly.
-                NodeError::Origin(shoal::store::StoreError::InvalidRange { .. }) => {
-                    self.resolve(bucket, key, Some(etag), via).await
-                }
-                e => Err(self.gone_if(bucket, key, e).await),
-            },
-        }
-    }
-
     /// The version `etag` of an object, if this node knows it already.
     pub fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<ObjectMeta> {
         self.versions.known(bucket, key, etag)
@@ -370,6 +319,23 @@ impl Node {
             .fresh(bucket, key, self.policy(bucket, key).ttl)
         {
             Fresh::Known(meta, age) if age < self.trusted(via) => Some((meta, age)),
+            _ => None,
+        }
+    }
+
+    /// The version `etag` of an object, if known, with how long ago the origin
+    /// confirmed it: a version named is good at any age (versions never change).
+    pub fn known_version_aged(
+        &self,
+        bucket: &str,
+        key: &str,
+        etag: &str,
+    ) -> Option<(ObjectMeta, Duration)> {
+        match self
+            .versions
+            .fresh(bucket, key, self.policy(bucket, key).ttl)
+        {
+            Fresh::Known(meta, age) if meta.etag == etag => Some((meta, age)),
             _ => None,
         }
     }

@@ -18,8 +18,15 @@
 //! or without the mark, answers from RAM or disk, or from a fetch it already
 //! runs ([`super::joined`]), or 504, and never asks another node or the origin
 //! for it. Asks so go no deeper than owner then runner-up, whatever each node
-//! thinks the cluster is. Past `node.peer_fill_timeout` without the answer's
-//! first byte, or on any answer but the block, the origin is asked as before.
+//! thinks the cluster is.
+//!
+//! The node asked acknowledges at once, before the bytes of a block it is
+//! fetching are in ([`super::joined`]): `node.peer_fill_timeout` measures that
+//! acknowledgement (is the node there and answering?), never the origin behind
+//! it. The body is then judged as any read from a node is: its first bytes
+//! within `cluster.first_byte_timeout`, no pause longer than
+//! `cluster.stall_timeout`. Past either, or on any answer but the block, the
+//! origin is asked as before.
 //!
 //! The answer is held to what an origin fetch is held to: the version pinned by
 //! `If-Match` (and checked again on the answer's ETag: a copy of another version
@@ -31,8 +38,9 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
-use shoal::store::{collect, stall_guard, GetObject, GetResponse, ObjectMeta};
+use shoal::store::{collect, paced_guard, GetObject, GetResponse, ObjectMeta, ObjectStore};
 
+use super::fetch::Learn;
 use super::NodeError;
 use crate::access::trace::{PeerFill, PeerRole};
 use crate::metrics::Metrics;
@@ -74,8 +82,11 @@ pub struct Peers {
     /// This node's id in the cluster: what it owns is asked of runner-ups,
     /// what it does not of owners.
     pub self_id: String,
-    /// How long the node asked has to start answering.
+    /// How long the node asked has to acknowledge an ask.
     pub timeout: Duration,
+    /// How long an acknowledged answer's first bytes may take: a node read's
+    /// first byte deadline.
+    pub first_byte: Duration,
     /// Longest the answer's body may pause once it started.
     pub stall: Duration,
     /// Clients of the other nodes for listings and HEADs ([`super::peer_meta`]).
@@ -119,14 +130,15 @@ impl Peers {
 
     /// Block `bk` (of an object `size` bytes long, when known) from its owner,
     /// or from its runner-up when this node owns it, into `into`: what that node
-    /// said of the version when it sent the block, `None` (counted, and nothing
-    /// written) when it did not.
+    /// said of the version when it sent the block (told to `learn` before the
+    /// block's bytes are in `into`), `None` (counted, and nothing written) when
+    /// it did not.
     pub async fn fill(
         &self,
         bk: &BlockKey,
         size: Option<u64>,
         into: &mut Fill<NodeError>,
-        metrics: &Metrics,
+        (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Option<ObjectMeta> {
         if self.timeout.is_zero() || !into.is_empty() {
             return None;
@@ -135,13 +147,20 @@ impl Peers {
         if peers.is_empty() {
             return None;
         }
-        self.fill_from(&peers, role, self.timeout, (bk, size), into, metrics)
-            .await
+        self.fill_from(
+            &peers,
+            role,
+            self.timeout,
+            (bk, size),
+            into,
+            (learn, metrics),
+        )
+        .await
     }
 
     /// [`Self::fill`] from the first of nodes `peers` (`role` says which they
-    /// are) to answer with the block, each of which has `timeout` to start
-    /// answering (a leaving node handing its blocks back, say).
+    /// are) to answer with the block, each of which has `timeout` to
+    /// acknowledge the ask (a leaving node handing its blocks back, say).
     pub async fn fill_from(
         &self,
         peers: &[String],
@@ -149,7 +168,7 @@ impl Peers {
         timeout: Duration,
         (bk, size): (&BlockKey, Option<u64>),
         into: &mut Fill<NodeError>,
-        metrics: &Metrics,
+        (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Option<ObjectMeta> {
         let _asking = self.asking.enter(bk);
         let (mut req, want) = super::fetch::block_get(bk, size);
@@ -179,23 +198,18 @@ impl Peers {
                     // dropped unanswered.
                     drop(asks);
                     result = self
-                        .take(&peer, role, resp, (bk, got_want), into, metrics)
+                        .take(&peer, role, resp, (bk, got_want), into, (learn, metrics))
                         .await;
                     break;
                 }
                 Err(r) => result = result.map_err(|worst| worse(worst, r)),
             }
         }
-        match result {
-            Ok(meta) => {
-                metrics.peer_fill(role, PeerFill::Hit);
-                Some(meta)
-            }
-            Err(r) => {
-                metrics.peer_fill(role, r);
-                None
-            }
+        // A hit is counted where it is taken, before its bytes are readable.
+        if let Err(r) = result {
+            metrics.peer_fill(role, r);
         }
+        result.ok()
     }
 
     /// The answer of node `peer` to `req` (block `bk`, `want` bytes when the
@@ -209,7 +223,7 @@ impl Peers {
         req: &GetObject,
         (bk, want): (&BlockKey, Option<u64>),
     ) -> Result<(String, GetResponse, u64), PeerFill> {
-        let store = self.reader.node_store(peer);
+        let store = self.clients.for_blocks(peer);
         let resp = match tokio::time::timeout(timeout, store.get_range(req)).await {
             Err(_) => return Err(PeerFill::Timeout),
             Ok(Err(e)) if shoal::node_proto::is_not_cached(&e) => return Err(PeerFill::Miss),
@@ -238,7 +252,9 @@ impl Peers {
     }
 
     /// The body of `peer`'s answer `resp` into `into`, which must be exactly
-    /// the block's `got_want` bytes.
+    /// the block's `got_want` bytes. The version is learned, and the hit
+    /// counted, before the bytes are in `into`: a reader of them may answer
+    /// its own asker at once.
     async fn take(
         &self,
         peer: &str,
@@ -246,13 +262,16 @@ impl Peers {
         mut resp: GetResponse,
         (bk, got_want): (&BlockKey, u64),
         into: &mut Fill<NodeError>,
-        metrics: &Metrics,
+        (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Result<ObjectMeta, PeerFill> {
         let meta = resp.meta.clone();
-        resp.body = stall_guard(resp.body, self.stall, peer.to_owned());
+        resp.body = paced_guard(resp.body, self.first_byte, self.stall, peer.to_owned());
         match collect(resp).await {
-            Ok(b) if b.len() as u64 == got_want && into.push(&b).is_ok() => {
+            Ok(b) if b.len() as u64 == got_want && b.len() <= into.remaining() => {
+                learn(&meta);
+                metrics.peer_fill(role, PeerFill::Hit);
                 metrics.peer_fill_bytes(role, b.len() as u64);
+                into.push(&b).expect("checked against the room left");
                 Ok(meta)
             }
             Ok(b) => {

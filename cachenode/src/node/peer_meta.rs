@@ -33,11 +33,13 @@ use crate::metrics::Metrics;
 /// The most of a listing page taken from a peer (S3 pages are a few hundred KiB).
 const PAGE_LIMIT: usize = 16 << 20;
 
-/// S3 clients of the other nodes for raw asks, made on first use.
+/// S3 clients of the other nodes for raw asks and for blocks, made on first
+/// use.
 pub struct PeerClients {
     cluster: ClusterConfig,
     region: String,
     clients: Mutex<HashMap<String, S3Client>>,
+    block_clients: Mutex<HashMap<String, S3Client>>,
 }
 
 impl PeerClients {
@@ -46,6 +48,7 @@ impl PeerClients {
             cluster: cluster.clone(),
             region: region.to_owned(),
             clients: Mutex::default(),
+            block_clients: Mutex::default(),
         }
     }
 
@@ -55,6 +58,23 @@ impl PeerClients {
             .unwrap()
             .entry(id.to_owned())
             .or_insert_with(|| shoal::node_proto::node_client(&self.cluster, &self.region, id, 8))
+            .clone()
+    }
+
+    /// A client of node `id` for asks of blocks, whose answers are
+    /// acknowledged before their bytes are ready: its own body deadline lets
+    /// the first bytes take as long as any node read's first byte may, and the
+    /// asker judges the body itself ([`shoal::store::paced_guard`]).
+    pub fn for_blocks(&self, id: &str) -> S3Client {
+        self.block_clients
+            .lock()
+            .unwrap()
+            .entry(id.to_owned())
+            .or_insert_with(|| {
+                let mut o = shoal::node_proto::node_options(&self.cluster, &self.region, id, 8);
+                o.timeouts.stall = o.timeouts.stall.max(o.timeouts.first_byte);
+                S3Client::new(o).expect("node client builds like the origin client")
+            })
             .clone()
     }
 }
@@ -172,26 +192,61 @@ impl Peers {
             return None;
         }
         let peer = self.reader.runner_up(bucket, key, 0, &self.self_id)?;
+        self.head_of(&peer, (bucket, key), if_match, accept, metrics)
+            .await
+    }
+
+    /// The version `etag` of `bucket/key` from the node that answers the
+    /// object's HEAD, other than this one (the owner of its block 0, or its
+    /// runner-up when that is this node), if it knows it: a node asked for a
+    /// block of an object it has not seen learns the version from there in
+    /// a round trip between nodes, not at the origin's first byte. Any age
+    /// will do: a version never changes. Counted as a HEAD's fill.
+    pub async fn version(
+        &self,
+        bucket: &str,
+        key: &str,
+        etag: &str,
+        metrics: &Metrics,
+    ) -> Option<(ObjectMeta, Duration)> {
+        if self.timeout.is_zero() {
+            return None;
+        }
+        let ranked = self.reader.ranked(bucket, key, 0, 2);
+        let peer = ranked.into_iter().find(|n| *n != self.self_id)?;
+        let any_age = shoal::node_proto::MAX_METADATA_TTL;
+        self.head_of(&peer, (bucket, key), Some(etag), any_age, metrics)
+            .await
+    }
+
+    /// [`Self::head`] of node `peer`.
+    async fn head_of(
+        &self,
+        peer: &str,
+        (bucket, key): (&str, &str),
+        if_match: Option<&str>,
+        accept: Duration,
+        metrics: &Metrics,
+    ) -> Option<(ObjectMeta, Duration)> {
         let mut headers = Self::ask_headers(accept);
         if let Some(e) = if_match {
             headers.push(("if-match", format!("\"{e}\"")));
         }
-        let client = self.clients.get(&peer);
+        let client = self.clients.get(peer);
         let ask = client.forward(Method::HEAD, bucket, key, Vec::new(), headers);
         let got = tokio::time::timeout(self.timeout, ask).await;
-        let result =
-            judged(got, accept, &peer).and_then(|(got, age)| match meta_of(&got.headers) {
-                Some(meta) if if_match.is_none_or(|e| e == meta.etag) => Ok((meta, age)),
-                _ => {
-                    tracing::warn!(
-                        peer,
-                        bucket,
-                        key,
-                        "runner-up's HEAD is not a whole object's"
-                    );
-                    Err(PeerFill::Error)
-                }
-            });
+        let result = judged(got, accept, peer).and_then(|(got, age)| match meta_of(&got.headers) {
+            Some(meta) if if_match.is_none_or(|e| e == meta.etag) => Ok((meta, age)),
+            _ => {
+                tracing::warn!(
+                    peer,
+                    bucket,
+                    key,
+                    "runner-up's HEAD is not a whole object's"
+                );
+                Err(PeerFill::Error)
+            }
+        });
         metrics.peer_metadata_fill("head", outcome(&result));
         result.ok()
     }

@@ -5,7 +5,11 @@
 //! flight (started here or joined) whose bytes stream to every asker from the
 //! first one. Blocks stream out in order, a few opened ahead. A small read deep
 //! in a cold block is also asked of the origin on its own (a side read), since the
-//! bytes before it would have to arrive first.
+//! bytes before it would have to arrive first; the block's own fetch runs to its
+//! end in a task of its own and lands in the tiers whatever the reader does.
+//!
+//! A block's bytes are counted as served as they go out, by the tier it came
+//! from: what a client was sent, not the blocks its range touched.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,15 +40,12 @@ const SIDE_READ_DEPTH: u64 = 256 << 10;
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
 impl Node {
-    /// Counts where a block came from.
-    fn count(&self, served: Served, bytes: u64) {
+    /// Counts where a block came from (its bytes are counted as they are
+    /// sent: [`Self::metered`]).
+    fn count(&self, served: Served) {
         let m = &self.metrics;
         let has_disk = self.tiers.has_disk();
-        let tier = match served {
-            Served::Ram => metrics::RAM,
-            Served::Disk => metrics::DISK,
-            Served::Fetched | Served::Joined => metrics::ORIGIN,
-        };
+        let tier = tier_of(served);
         if served != Served::Ram {
             m.misses.get_or_create(&metrics::RAM).inc();
         }
@@ -57,7 +58,19 @@ impl Node {
         if served == Served::Joined {
             m.coalesced_waits.inc();
         }
-        m.bytes_served.get_or_create(&tier).inc_by(bytes);
+    }
+
+    /// `s`, each chunk counted as served from `tier` as it goes out.
+    fn metered<S>(&self, tier: metrics::TierLabel, s: S) -> BlockStream
+    where
+        S: Stream<Item = Result<Bytes, NodeError>> + Send + 'static,
+    {
+        let sent = self.metrics.bytes_served.get_or_create(&tier).clone();
+        Box::pin(s.inspect(move |c| {
+            if let Ok(b) = c {
+                sent.inc_by(b.len() as u64);
+            }
+        }))
     }
 
     /// Whether every node block of `start..end` is in RAM or on disk now.
@@ -116,10 +129,10 @@ impl Node {
             .await
     }
 
-    /// One whole node block as a stream: from a tier at once, else cut through
-    /// as it arrives. Errors about the object (412, 404) come before the stream
-    /// does; a fetch someone else started that failed for a passing reason is
-    /// tried afresh once.
+    /// One whole node block as a stream, and the tier it comes from: from a
+    /// tier at once, else cut through as it arrives. Errors about the object
+    /// (412, 404) come before the stream does; a fetch someone else started
+    /// that failed for a passing reason is tried afresh once.
     async fn block_stream(
         self: &Arc<Self>,
         bucket: &str,
@@ -127,15 +140,14 @@ impl Node {
         meta: &ObjectMeta,
         (index, bs): (u64, u64),
         via: Via,
-    ) -> Result<BlockStream, NodeError> {
-        let want = ((index + 1) * bs).min(meta.size).saturating_sub(index * bs);
+    ) -> Result<(BlockStream, metrics::TierLabel), NodeError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let (g, served) = match self.open_block(bucket, key, meta, (index, bs), via).await {
                 Block::Held(b, served) => {
-                    self.count(served, b.len() as u64);
-                    return Ok(Box::pin(stream::once(async { Ok(b) })));
+                    self.count(served);
+                    return Ok((Box::pin(stream::once(async { Ok(b) })), tier_of(served)));
                 }
                 Block::Arriving(g, served) => (g, served),
             };
@@ -144,8 +156,9 @@ impl Node {
                 .map_err(|_| NodeError::WaitedTooLong(WAIT_LIMIT))?;
             match started.map_err(NodeError::from) {
                 Ok(()) => {
-                    self.count(served, want);
-                    return Ok(Box::pin(g.stream().map(|c| c.map_err(NodeError::from))));
+                    self.count(served);
+                    let s = g.stream().map(|c| c.map_err(NodeError::from));
+                    return Ok((Box::pin(s), tier_of(served)));
                 }
                 // A follower whose leader failed for a passing reason fetches
                 // afresh once.
@@ -176,17 +189,19 @@ impl Node {
         let bk = Self::block_key(bucket, key, &meta.etag, index, bs);
         let off = bk.start();
         if let Some((b, served)) = self.tiers.lookup(&bk).await {
-            self.count(served, b.len() as u64);
+            self.count(served);
             let hi = ((end - off) as usize).min(b.len());
             let part = b.slice(((start - off) as usize).min(hi)..hi);
-            return Ok(Some(Box::pin(stream::once(async { Ok(part) }))));
+            let once = stream::once(async { Ok(part) });
+            return Ok(Some(self.metered(tier_of(served), once)));
         }
         let arrived = self.tiers.arriving(&bk, &false).map(|g| g.len());
         if arrived.is_some_and(|n| off + n >= end) {
             return Ok(None);
         }
-        // The block's fetch starts (or is joined) either way; its stream is not
-        // needed when the side request answers.
+        // The block's fetch starts (or is joined) either way, in a task of its
+        // own that fills the tiers whatever becomes of this request; its
+        // stream is not needed when the side request answers.
         let (block, side) = tokio::join!(
             self.block_stream(bucket, key, meta, (index, bs), via),
             shoal::store::budget::within(
@@ -197,11 +212,12 @@ impl Node {
         drop(block?);
         Ok(side.map(|resp| {
             let me = self.clone();
-            Box::pin(resp.body.map(move |c| {
+            let body = resp.body.map(move |c| {
                 let c = c.map_err(NodeError::from)?;
                 me.metrics.origin_bytes.inc_by(c.len() as u64);
                 Ok(c)
-            })) as BlockStream
+            });
+            self.metered(metrics::ORIGIN, body)
         }))
     }
 
@@ -232,33 +248,50 @@ impl Node {
                 return Ok(SyncStream::new(s));
             }
         }
-        let head = if first <= last {
-            Some(
-                self.block_stream(bucket, key, meta, (first, bs), via)
-                    .await?,
-            )
-        } else {
+        // Another node's ask is answered at once (its headers before the first
+        // block's bytes): it judges this node by that, the body by its own
+        // deadlines. Any other answer's errors about the object come first.
+        let head = if first > last {
             None
+        } else if via.acknowledge {
+            let (me, bucket, key, meta) = (
+                self.clone(),
+                bucket.to_owned(),
+                key.to_owned(),
+                meta.clone(),
+            );
+            Some(Err(async move {
+                me.block_stream(&bucket, &key, &meta, (first, bs), via)
+                    .await
+            }))
+        } else {
+            Some(Ok(self
+                .block_stream(bucket, key, meta, (first, bs), via)
+                .await?))
         };
-        // The part of block `index` in `start..end`, taken from its chunks.
-        let clip = move |index: u64, s: BlockStream| {
+        // The part of block `index` in `start..end`, taken from its chunks and
+        // counted as it goes out.
+        let me = self.clone();
+        let clip = move |index: u64, (s, tier): (BlockStream, metrics::TierLabel)| {
             let off = index * bs;
             let lo = start.saturating_sub(off);
             let hi = end - off;
-            s.scan(0u64, move |at, c| {
-                // Past the range: stop here rather than wait out the block.
-                if *at >= hi {
-                    return std::future::ready(None);
-                }
-                let out = c.map(|c| {
-                    let (c_lo, c_hi) = (*at, *at + c.len() as u64);
-                    *at = c_hi;
-                    let (a, b) = (lo.clamp(c_lo, c_hi), hi.clamp(c_lo, c_hi));
-                    c.slice((a - c_lo) as usize..(b - c_lo) as usize)
-                });
-                std::future::ready(Some(out))
-            })
-            .filter(|c| std::future::ready(!matches!(c, Ok(b) if b.is_empty())))
+            let part = s
+                .scan(0u64, move |at, c| {
+                    // Past the range: stop here rather than wait out the block.
+                    if *at >= hi {
+                        return std::future::ready(None);
+                    }
+                    let out = c.map(|c| {
+                        let (c_lo, c_hi) = (*at, *at + c.len() as u64);
+                        *at = c_hi;
+                        let (a, b) = (lo.clamp(c_lo, c_hi), hi.clamp(c_lo, c_hi));
+                        c.slice((a - c_lo) as usize..(b - c_lo) as usize)
+                    });
+                    std::future::ready(Some(out))
+                })
+                .filter(|c| std::future::ready(!matches!(c, Ok(b) if b.is_empty())));
+            me.metered(tier, part)
         };
         let me = self.clone();
         let (bucket, key, meta) = (bucket.to_owned(), key.to_owned(), meta.clone());
@@ -272,15 +305,33 @@ impl Node {
                         .map(|s| (i, s))
                 }
             })
-            .buffered(PREFETCH.max((PREFETCH_BYTES / bs) as usize))
-            .flat_map(move |r| -> BlockStream {
+            .buffered(PREFETCH.max((PREFETCH_BYTES / bs) as usize));
+        let clipped =
+            move |r: Result<(u64, (BlockStream, metrics::TierLabel)), NodeError>| -> BlockStream {
                 match r {
-                    Ok((i, s)) => Box::pin(clip(i, s)),
+                    Ok((i, s)) => clip(i, s),
                     Err(e) => Box::pin(stream::once(async { Err(e) })),
                 }
-            });
-        let head = stream::iter(head.map(move |s| clip(first, s))).flatten();
-        Ok(SyncStream::new(Box::pin(head.chain(rest))))
+            };
+        let head: BlockStream = match head {
+            None => Box::pin(stream::empty()),
+            Some(Ok(s)) => clipped(Ok((first, s))),
+            Some(Err(later)) => {
+                let c = clipped.clone();
+                Box::pin(stream::once(later).flat_map(move |r| c(r.map(|s| (first, s)))))
+            }
+        };
+        Ok(SyncStream::new(Box::pin(
+            head.chain(rest.flat_map(clipped)),
+        )))
+    }
+}
+
+fn tier_of(served: Served) -> metrics::TierLabel {
+    match served {
+        Served::Ram => metrics::RAM,
+        Served::Disk => metrics::DISK,
+        Served::Fetched | Served::Joined => metrics::ORIGIN,
     }
 }
 

@@ -138,7 +138,7 @@ impl Versions {
 
     /// Notes that the origin confirmed `meta` `age` ago (a runner-up's copy):
     /// it is revalidated that much sooner.
-    fn remember_aged(&self, bucket: &str, key: &str, meta: &ObjectMeta, age: Duration) {
+    pub fn remember_aged(&self, bucket: &str, key: &str, meta: &ObjectMeta, age: Duration) {
         let mut metas = self.metas.lock().unwrap();
         if metas.len() >= META_ENTRIES {
             metas.clear();

@@ -36,26 +36,26 @@ pub fn node_of_fleet(
     nodes: &[&str],
     cache: &str,
 ) -> NodeProcess {
-    node_of_cluster(dir, i, origin, listen, (nodes, ""), (cache, "150ms"))
+    node_of_cluster(dir, i, origin, listen, &cluster_toml(nodes, ""), cache)
 }
 
-/// [`node_of_fleet`] with `extra` keys in its `[cluster]` section (its mode)
-/// and `node.peer_fill_timeout` `peer_fill`.
+/// [`node_of_fleet`] with `cluster` as its `[cluster]` section, every `[node]`
+/// setting but its address and access log at its default.
 pub fn node_of_cluster(
     dir: &Path,
     i: usize,
     origin: &Origin,
     listen: &str,
-    (nodes, extra): (&[&str], &str),
-    (cache, peer_fill): (&str, &str),
+    cluster: &str,
+    cache: &str,
 ) -> NodeProcess {
     let toml = node_toml(
         origin,
         &format!(
-            "peer_fill_timeout = \"{peer_fill}\"\naccess_log = \"{}\"",
+            "access_log = \"{}\"",
             dir.join(format!("access{i}.log")).display()
         ),
-        &format!("[cache]\n{cache}\n{}", cluster_toml(nodes, extra)),
+        &format!("[cache]\n{cache}\n{cluster}"),
     )
     .replace(
         "listen = \"127.0.0.1:0\"",
@@ -310,7 +310,23 @@ async fn a_runner_ups_copy_is_taken_only_for_the_version_asked() {
     // fetch it, and the owner drops its copy); the owner, asked for it, takes
     // it from there.
     get(&nodes[runner_up], key, &e1).await.unwrap();
-    nodes[owner].app.node.purge_object(BUCKET, key).await;
+    // The owner answers as its fetch arrives and keeps the block once the
+    // fetch ends, which may be after the runner-up has every byte: the copy
+    // is dropped once it is there, or it would land after the purge.
+    let node = &nodes[owner].app.node;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held = match node.known_version_aged(BUCKET, key, &e1) {
+            Some((meta, _)) => node.cached(BUCKET, key, &meta, 0, MIB).await,
+            None => false,
+        };
+        if held {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the owner never kept its fetch");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    node.purge_object(BUCKET, key).await;
     for o in &origins {
         o.stats.reset();
     }

@@ -28,3 +28,4 @@ mod origin_budget;
 mod process;
 mod scopes;
 mod security;
+mod served_bytes;

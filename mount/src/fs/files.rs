@@ -195,6 +195,20 @@ impl Fs {
             }
             Some(Ok(Piped::Read(b))) => Ok(vec![b]),
             Some(Err(e)) => Err(e),
+            // A direct-I/O reader's reads are what it wants: a block it
+            // reads in part is not fetched whole around them (read-ahead
+            // guesses past them, from what the nodes hold once they hold its
+            // reads).
+            Some(Ok(Piped::Declined)) | None if sequential && !f.page_cache => f
+                .handle
+                .read_exact_parts(offset, end - offset)
+                .await
+                .map(|p| {
+                    if p.waited {
+                        f.ra.lock().unwrap().waited();
+                    }
+                    p.parts
+                }),
             Some(Ok(Piped::Declined)) | None if sequential => {
                 f.handle.read_parts(offset, end - offset).await.map(|p| {
                     if p.waited {

@@ -18,3 +18,5 @@ mod memory;
 mod memory_limit;
 mod metadata;
 mod mount;
+mod second_host;
+mod served_bytes;
