@@ -123,9 +123,17 @@ fn stat(target: &Path) -> Result<libc::statvfs, String> {
 
 /// The status of the keeper on `control`, if it answers with a server serving.
 fn keeper(control: &Path) -> Result<serde_json::Value, String> {
-    let status = crate::upgrade::keeper_status(control)?;
+    let status = keeper_status(control)?;
     if status["server"].is_null() {
         return Err("its keeper has no server serving it".into());
     }
     Ok(status)
+}
+
+/// The status of the keeper on `control`, parsed.
+pub fn keeper_status(control: &Path) -> Result<serde_json::Value, String> {
+    let answer = shoal_mount::keeper::ask_within(control, "status", KEEPER_LIMIT)
+        .map_err(|e| format!("its keeper does not answer: {e}"))?;
+    serde_json::from_str(&answer)
+        .map_err(|e| format!("its keeper answers what is not its status ({e}): {answer}"))
 }

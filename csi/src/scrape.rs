@@ -305,7 +305,7 @@ impl Plugin {
             if target.parent() != Some(self.shares.as_path()) {
                 volumes.insert(volume.clone());
             }
-            let status = crate::upgrade::keeper_status(&crate::published::control_of(dir));
+            let status = crate::condition::keeper_status(&crate::published::control_of(dir));
             let version = status
                 .ok()
                 .and_then(|s| crate::upgrade::mount_version(&s, self.driver_mount.as_ref()))

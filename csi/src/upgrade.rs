@@ -103,7 +103,7 @@ impl Plugin {
                 continue;
             };
             let control = control_of(&dir);
-            let from = match keeper_status(&control) {
+            let from = match crate::condition::keeper_status(&control) {
                 Ok(s) if s["server_build"].as_str() == Some(driver.digest.as_str()) => continue,
                 Ok(s) => mount_version(&s, Some(&driver)).unwrap_or_else(|| "unknown".into()),
                 Err(e) => {
@@ -198,14 +198,6 @@ fn hand_over(
 
 fn outcome(result: &'static str) -> crate::metrics::Outcome {
     crate::metrics::Outcome { result }
-}
-
-/// The status of the keeper on `control`, parsed.
-pub fn keeper_status(control: &Path) -> Result<serde_json::Value, String> {
-    let answer = shoal_mount::keeper::ask_within(control, "status", crate::condition::KEEPER_LIMIT)
-        .map_err(|e| format!("its keeper does not answer: {e}"))?;
-    serde_json::from_str(&answer)
-        .map_err(|e| format!("its keeper answers what is not its status ({e}): {answer}"))
 }
 
 #[cfg(test)]

@@ -71,10 +71,8 @@ struct IntoBlock<'a> {
     learn: Learn<'a>,
 }
 
-/// Told what an answer says of the version as soon as its headers do, before
-/// its body: a node learning a version from a block knows it while the block
-/// still arrives, so other nodes' asks for the block can join its fetch.
-pub type Learn<'a> = &'a (dyn Fn(&ObjectMeta) + Send + Sync);
+use super::ask::block_get;
+pub use super::ask::Learn;
 
 /// A [`Learn`] that keeps nothing: the version is known already.
 pub fn known(_: &ObjectMeta) {}
@@ -290,20 +288,4 @@ impl Source {
             r => Ok(r?),
         }
     }
-}
-
-/// The GET of block `bk`'s bytes of its version (the object's `size` when
-/// known: the last block is shorter), and how many bytes it asks for.
-pub(super) fn block_get(bk: &BlockKey, size: Option<u64>) -> (GetObject, Option<u64>) {
-    let start = bk.start();
-    let want = size.map(|s| bk.len_in(s));
-    let mut req = GetObject::new(&*bk.bucket, &*bk.key).if_match(&*bk.etag);
-    req.range = Some(match want {
-        Some(w) => ByteRange::span(start, start + w),
-        None => ByteRange::From {
-            first: start,
-            last: Some(start + bk.block_size - 1),
-        },
-    });
-    (req, want)
 }

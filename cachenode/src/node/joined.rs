@@ -1,6 +1,6 @@
 //! A cached-only ask of a block this node is fetching right now is answered
 //! from that fetch as its bytes arrive, not with 504 at once; an owner-fill ask
-//! ([`super::peer::OWNER_FILL`]) of a block this node owns is answered as its own
+//! ([`super::ask::OWNER_FILL`]) of a block this node owns is answered as its own
 //! readers are, fetching the block if nothing has yet. A hot object read cold
 //! by many readers is spilled to other nodes while its owner fetches it, or
 //! before its owner's readers get to it; those nodes ask the owner first
@@ -78,7 +78,7 @@ impl Node {
         let Some(peers) = &self.source.peers else {
             return false;
         };
-        super::peer::owner_fill(headers)
+        super::ask::owner_fill(headers)
             && self.policy(bucket, key).cache
             && peers.owns_at(bucket, key, at)
     }

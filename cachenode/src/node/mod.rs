@@ -17,12 +17,14 @@
 //! [`MetadataCache`] for askers that accept them. Purges drop versions, blocks and
 //! the metadata they touch here; the fan-out passes them on.
 
+mod ask;
 mod error;
 mod fetch;
 mod handback;
 mod joined;
 mod own_headers;
 mod peer;
+mod peer_clients;
 mod peer_meta;
 mod pinned;
 mod read;
@@ -43,12 +45,13 @@ use shoal::store::{ObjectMeta, ObjectStore};
 
 pub use crate::access::trace::PeerRole;
 pub use crate::metadata_cache::{Answer, Listed, MetadataCache, MetadataStats};
+pub use ask::only_if_cached;
 pub use error::NodeError;
 pub use fetch::Upstream;
 pub use handback::{HandbackError, Handed, Taken};
 pub use own_headers::OWN_HEADERS;
-pub use peer::{only_if_cached, Peers};
-pub use peer_meta::PeerClients;
+pub use peer::Peers;
+pub use peer_clients::PeerClients;
 pub use read::{BlockStream, SyncStream};
 
 use crate::fanout::Fanout;

@@ -40,35 +40,10 @@ use shoal::blocks::{BlockKey, Fill};
 use shoal::cluster::ClusterReader;
 use shoal::store::{collect, paced_guard, GetObject, GetResponse, ObjectMeta, ObjectStore};
 
-use super::fetch::Learn;
+use super::ask::{block_get, Learn, CACHE_CONTROL, ONLY_IF_CACHED, OWNER_FILL};
 use super::NodeError;
 use crate::access::trace::{PeerFill, PeerRole};
 use crate::metrics::Metrics;
-
-/// The request header and value that ask a node for its cache only.
-pub const CACHE_CONTROL: &str = "cache-control";
-pub const ONLY_IF_CACHED: &str = "only-if-cached";
-
-/// The request header that marks an owner fill: the asker misses a block it
-/// does not own. An owner that agrees it owns the block answers as it would
-/// its own reader's miss; any other node, or one that predates the mark, takes
-/// the ask as only-if-cached.
-pub const OWNER_FILL: &str = "x-shoal-owner-fill";
-
-/// Whether `headers` mark an owner fill.
-pub fn owner_fill(headers: &http::HeaderMap) -> bool {
-    headers.contains_key(OWNER_FILL)
-}
-
-/// Whether `headers` carry `Cache-Control: only-if-cached`.
-pub fn only_if_cached(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(http::header::CACHE_CONTROL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|d| d.trim().eq_ignore_ascii_case(ONLY_IF_CACHED))
-}
 
 /// How many nodes after the owner a miss of an owned block is asked of: its
 /// previous owner (the runner-up), and where bounded load spills the block
@@ -90,7 +65,7 @@ pub struct Peers {
     /// Longest the answer's body may pause once it started.
     pub stall: Duration,
     /// Clients of the other nodes for listings and HEADs ([`super::peer_meta`]).
-    pub clients: super::peer_meta::PeerClients,
+    pub clients: super::peer_clients::PeerClients,
     /// Blocks being asked of another node now ([`super::joined`]).
     pub asking: super::joined::Asking,
 }
@@ -171,7 +146,7 @@ impl Peers {
         (learn, metrics): (Learn<'_>, &Metrics),
     ) -> Option<ObjectMeta> {
         let _asking = self.asking.enter(bk);
-        let (mut req, want) = super::fetch::block_get(bk, size);
+        let (mut req, want) = block_get(bk, size);
         shoal::store::ExtraHeaders::set_header(
             &mut req,
             CACHE_CONTROL,

@@ -11,73 +11,25 @@
 //! which the cluster reader's stores parse away: they go through clients of
 //! their own, one per node.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use http::Method;
 
-use shoal::config::ClusterConfig;
 use shoal::node_proto::{HOP_HEADER, METADATA_TTL_HEADER};
-use shoal::store::s3::{Forwarded, S3Client};
+use shoal::store::s3::Forwarded;
 use shoal::store::{is_stored_header, unquote_etag, ObjectMeta, StoreError};
 
+use super::ask::{CACHE_CONTROL, ONLY_IF_CACHED};
 use super::own_headers::OWN_HEADERS;
-use super::peer::{Peers, CACHE_CONTROL, ONLY_IF_CACHED};
+use super::peer::Peers;
 use crate::access::trace::PeerFill;
 use crate::metadata_cache::Answer;
 use crate::metrics::Metrics;
 
 /// The most of a listing page taken from a peer (S3 pages are a few hundred KiB).
 const PAGE_LIMIT: usize = 16 << 20;
-
-/// S3 clients of the other nodes for raw asks and for blocks, made on first
-/// use.
-pub struct PeerClients {
-    cluster: ClusterConfig,
-    region: String,
-    clients: Mutex<HashMap<String, S3Client>>,
-    block_clients: Mutex<HashMap<String, S3Client>>,
-}
-
-impl PeerClients {
-    pub fn new(cluster: &ClusterConfig, region: &str) -> PeerClients {
-        PeerClients {
-            cluster: cluster.clone(),
-            region: region.to_owned(),
-            clients: Mutex::default(),
-            block_clients: Mutex::default(),
-        }
-    }
-
-    fn get(&self, id: &str) -> S3Client {
-        self.clients
-            .lock()
-            .unwrap()
-            .entry(id.to_owned())
-            .or_insert_with(|| shoal::node_proto::node_client(&self.cluster, &self.region, id, 8))
-            .clone()
-    }
-
-    /// A client of node `id` for asks of blocks, whose answers are
-    /// acknowledged before their bytes are ready: its own body deadline lets
-    /// the first bytes take as long as any node read's first byte may, and the
-    /// asker judges the body itself ([`shoal::store::paced_guard`]).
-    pub fn for_blocks(&self, id: &str) -> S3Client {
-        self.block_clients
-            .lock()
-            .unwrap()
-            .entry(id.to_owned())
-            .or_insert_with(|| {
-                let mut o = shoal::node_proto::node_options(&self.cluster, &self.region, id, 8);
-                o.timeouts.stall = o.timeouts.stall.max(o.timeouts.first_byte);
-                S3Client::new(o).expect("node client builds like the origin client")
-            })
-            .clone()
-    }
-}
 
 /// The seconds of an `Age` header.
 fn age_of(h: &http::HeaderMap) -> Option<Duration> {
