@@ -43,7 +43,8 @@ python3 -c 'import boto3' 2>/dev/null || python3 -m pip install --quiet boto3
 python3 -c 'import s3fs' 2>/dev/null || python3 -m pip install --quiet s3fs
 python3 -c 'import shoal.fs' 2>/dev/null || python3 -m pip install --quiet --no-build-isolation "$root/python"
 if [ "${TORCH:-0}" = 1 ]; then python3 -c 'import torch' 2>/dev/null || python3 -m pip install --quiet torch; fi
-# BIG=0 skips the big object's table (the training reads only).
+# BIG=0 skips the big object's table (the training reads only); TRAIN=0 the
+# training reads.
 if [ "${BIG:-1}" = 1 ]; then
 mkdir -p "$work/seed" "$work/mnt"
 for k in py mnt gw; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$k.bin"; done
@@ -122,6 +123,9 @@ for pass in cold warm; do
   row "boto3 through a gateway ($pass)" "$r" "$(ms_of_gib "$((c + t * 1000 / $(getconf CLK_TCK)))" "$n")"
 done
 fi
+
+# TRAIN=0 stops here (the big object's table only).
+[ "${TRAIN:-1}" = 1 ] || exit 0
 
 # Training-shaped reads, on a cluster of their own: the first one's processes
 # and data go first.

@@ -13,6 +13,7 @@ mod client;
 mod config;
 mod errors;
 mod live;
+mod malloc;
 mod pybytes;
 mod reader;
 mod stream;

@@ -54,6 +54,7 @@ fn inflight_blocks(cfg: &Config) -> usize {
 
 impl Live {
     pub fn start(config: &Config) -> PyResult<Live> {
+        crate::malloc::tune();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads())
             .thread_name("shoal-io")
