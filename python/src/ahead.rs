@@ -100,7 +100,6 @@ type Arrived = (usize, Result<Bytes, ReadError>, OwnedSemaphorePermit);
 /// order given, as soon as it and those before it have arrived.
 #[pyclass(module = "shoal._shoal", frozen)]
 pub struct Ahead {
-    pid: u32,
     names: Vec<String>,
     rx: Mutex<mpsc::Receiver<Arrived>>,
     /// Bytes read and not yet handed over, at most the bound given.
@@ -182,7 +181,6 @@ pub fn ahead(
         }
     });
     Ok(Ahead {
-        pid: std::process::id(),
         names,
         rx: Mutex::new(rx),
         held,
@@ -211,14 +209,19 @@ impl Ahead {
 
     /// `(index, bytes)` of the next object in order.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        if self.pid != std::process::id() {
-            return Err(PyOSError::new_err(
-                "objects read ahead before a fork: start again in this process",
-            ));
+        // The reads stop when the process forks (their runtime with them).
+        let forked =
+            || PyOSError::new_err("objects read ahead when the process forked: start again");
+        if !self._live.usable() {
+            return Err(forked());
         }
         let next = py.allow_threads(|| self.rx.lock().unwrap().blocking_recv());
         let Some((i, got, permit)) = next else {
-            return Ok(None);
+            return if self._live.usable() {
+                Ok(None)
+            } else {
+                Err(forked())
+            };
         };
         let got = got.map_err(|e| errors::read_error(&e, &self.names[i]))?;
         let out = to_bytes(py, std::slice::from_ref(&got));

@@ -131,7 +131,7 @@ impl Client {
                 .run(slf.py(), live.open_stat(bucket, key))
                 .map_err(|e| live.read_error(&e, bucket, key))?,
         };
-        Ok(Reader::new(me.live.clone(), handle))
+        Ok(Reader::new(me.live.clone(), &live, handle))
     }
 
     /// Bytes `start..end` of `bucket/key` (negative: from the end; `None`: its

@@ -29,6 +29,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ahead::versions, m)?)?;
     m.add_function(wrap_pyfunction!(ahead::prefetch, m)?)?;
     m.add_function(wrap_pyfunction!(ahead::ahead, m)?)?;
+    m.add_function(wrap_pyfunction!(live::before_fork, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -2,10 +2,19 @@
 //! and the store that answers listings and HEADs. None of it survives a fork
 //! (the runtime's threads stay in the parent, its sockets would be shared): a
 //! child builds its own, and the parent's is left alone, never dropped there.
+//!
+//! Nor may the runtime's threads run while a process forks: a thread in the
+//! middle of anything that locks or writes shared state (the allocator's, the
+//! C library's, a buffer pool's) leaves the child a lock no one will release
+//! or a structure half written (workers of a DataLoader hung, or aborted in
+//! `free()`). So every runtime stops just before a fork ([`before_fork`], run
+//! by `os.register_at_fork`), and whatever reads next, in the parent or the
+//! child, builds a new one.
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -18,7 +27,14 @@ use crate::errors;
 pub struct Live {
     /// The process this was built in.
     pub pid: u32,
-    rt: tokio::runtime::Runtime,
+    /// Which of the process's readers this is: a handle opened with another
+    /// is opened again with this one.
+    pub id: u64,
+    /// The runtime until it stops (before a fork); its handle runs, enters
+    /// and spawns meanwhile.
+    rt: Mutex<Option<tokio::runtime::Runtime>>,
+    handle: tokio::runtime::Handle,
+    stopped: AtomicBool,
     pub reader: Arc<ClusterReader>,
     /// Listings and HEADs: through the owner nodes (the mount's
     /// `metadata = "cluster"`, the default), else the origin.
@@ -92,9 +108,13 @@ impl Live {
             Some(m) => m.clone() as Arc<dyn ObjectStore>,
             None => reader.origin().clone(),
         };
+        static IDS: AtomicU64 = AtomicU64::new(0);
         Ok(Live {
             pid: std::process::id(),
-            rt,
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            handle: rt.handle().clone(),
+            rt: Mutex::new(Some(rt)),
+            stopped: AtomicBool::new(false),
             reader,
             metadata,
             cluster_metadata,
@@ -108,12 +128,12 @@ impl Live {
         F: Future + Send,
         F::Output: Send,
     {
-        py.allow_threads(|| self.rt.block_on(f))
+        py.allow_threads(|| self.handle.block_on(f))
     }
 
     /// Enters this runtime, for what spawns tasks without waiting on them.
     pub fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
-        self.rt.enter()
+        self.handle.enter()
     }
 
     pub fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
@@ -121,7 +141,7 @@ impl Live {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.rt.spawn(f)
+        self.handle.spawn(f)
     }
 
     /// The version of `bucket/key` now: through the metadata path, or from the
@@ -203,6 +223,43 @@ impl Live {
     }
 }
 
+impl Live {
+    /// Stops the runtime: its tasks end, its threads exit (a thread still in
+    /// a blocking call is waited for a second at most).
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let rt = self.rt.lock().unwrap().take();
+        if let Some(rt) = rt {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+
+    /// Whether this may still read: built in this process, not stopped.
+    pub fn usable(&self) -> bool {
+        self.pid == std::process::id() && !self.stopped.load(Ordering::SeqCst)
+    }
+}
+
+/// Every reader built in this process and not yet dropped.
+static LIVES: Mutex<Vec<Weak<Live>>> = Mutex::new(Vec::new());
+
+/// Stops every runtime of this process; called just before it forks.
+#[pyfunction]
+pub fn before_fork(py: Python<'_>) {
+    let lives: Vec<Arc<Live>> = {
+        let mut all = LIVES.lock().unwrap();
+        all.retain(|w| w.strong_count() > 0);
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
+    // Released: a thread of this process may be finishing a read, and needs
+    // the interpreter back once it has.
+    py.allow_threads(|| {
+        for l in lives.iter().filter(|l| l.pid == std::process::id()) {
+            l.stop();
+        }
+    });
+}
+
 /// `max_age` seconds (a Python float) as an age bound: 0 or more, at most a
 /// day (a node's longest); `None` stays unbounded.
 pub fn max_age(max_age: Option<f64>) -> PyResult<Option<Duration>> {
@@ -240,10 +297,13 @@ impl PerProcess {
         let mut slot = self.slot.lock().unwrap();
         match slot.as_ref() {
             // Another thread of this process was first: its reader serves.
-            Some(l) if l.pid == std::process::id() => Ok(l.clone()),
+            Some(l) if l.usable() => Ok(l.clone()),
             _ => {
                 let live = Arc::new(built);
-                *slot = Some(live.clone());
+                LIVES.lock().unwrap().push(Arc::downgrade(&live));
+                if let Some(old) = slot.replace(live.clone()) {
+                    forget_foreign(old);
+                }
                 Ok(live)
             }
         }
@@ -253,15 +313,22 @@ impl PerProcess {
     fn current(&self) -> Option<Arc<Live>> {
         let mut slot = self.slot.lock().unwrap();
         match slot.as_ref() {
-            Some(l) if l.pid == std::process::id() => Some(l.clone()),
-            // Built before a fork: its runtime's threads are not in this
-            // process, and dropping it would wait for them forever.
+            Some(l) if l.usable() => Some(l.clone()),
             Some(_) => {
-                std::mem::forget(slot.take());
+                forget_foreign(slot.take()?);
                 None
             }
             None => None,
         }
+    }
+}
+
+/// Lets go of a reader that may no longer read: one of this process, stopped,
+/// is dropped; one built before a fork is forgotten (its memory is the
+/// parent's copy, and nothing of it is this process's to release).
+fn forget_foreign(old: Arc<Live>) {
+    if old.pid != std::process::id() {
+        std::mem::forget(old);
     }
 }
 

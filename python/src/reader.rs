@@ -22,16 +22,16 @@ use crate::pybytes::to_bytes;
 pub struct Reader {
     /// The client's reader of each process (shared with the client).
     live: Arc<PerProcess>,
-    /// The handle, and the process it was opened in.
-    handle: Mutex<(u32, Handle)>,
+    /// The handle, and the reader it was opened with ([`Live::id`]).
+    handle: Mutex<(u64, Handle)>,
     ra: Mutex<Readahead>,
 }
 
 impl Reader {
-    pub fn new(live: Arc<PerProcess>, handle: Handle) -> Reader {
+    pub fn new(live: Arc<PerProcess>, opened_with: &Live, handle: Handle) -> Reader {
         Reader {
             live,
-            handle: Mutex::new((std::process::id(), handle)),
+            handle: Mutex::new((opened_with.id, handle)),
             // Its reads pass through a read-ahead buffer, as a mount's
             // through the page cache.
             ra: Mutex::new(Readahead::new(false)),
@@ -39,16 +39,17 @@ impl Reader {
     }
 
     /// This process's reader and a handle on it, at the version opened: a
-    /// handle from before a fork is opened again on the child's own reader.
+    /// handle opened with a reader since stopped (at a fork, in the parent or
+    /// the child) is opened again on the current one.
     fn current(&self) -> PyResult<(Arc<Live>, Handle)> {
         let live = self.live.get()?;
         let mut h = self.handle.lock().unwrap();
-        if h.0 != live.pid {
+        if h.0 != live.id {
             let old = &h.1;
             let again = live
                 .reader
                 .open_known(old.bucket(), old.key(), old.meta().clone());
-            *h = (live.pid, again);
+            *h = (live.id, again);
         }
         Ok((live, h.1.clone()))
     }

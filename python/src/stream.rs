@@ -19,7 +19,6 @@ use crate::pybytes::to_bytes;
 
 #[pyclass(module = "shoal._shoal", frozen)]
 pub struct Stream {
-    pid: u32,
     bucket: String,
     key: String,
     size: u64,
@@ -45,7 +44,6 @@ impl Stream {
             }
         });
         Stream {
-            pid: std::process::id(),
             bucket,
             key,
             size,
@@ -68,9 +66,10 @@ impl Stream {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        if self.pid != std::process::id() {
+        // Its fetching stops when the process forks (its runtime with it).
+        if !self._live.usable() {
             return Err(PyOSError::new_err(format!(
-                "a stream of s3://{}/{} was opened before a fork: open it again in this process",
+                "a stream of s3://{}/{} was open when the process forked: open it again",
                 self.bucket, self.key
             )));
         }

@@ -148,6 +148,29 @@ def test_keys_datasets_and_bad_arguments(loaded):
         ShoalMapDataset(cluster.config_path, keys=keys[0])
 
 
+def test_a_fork_stops_the_parents_runtime_and_both_sides_read_on(loaded):
+    # The runtime's threads stop before the fork (none may be mid-way in
+    # anything the child inherits); the parent builds a new one for its next
+    # read, and a stream open across the fork says so rather than end short.
+    cluster, prefix, want = loaded
+    keys = sorted(want)[:8]
+    ds = ShoalMapDataset(cluster.config_dict(), keys=[f"shoal://{k}" for k in keys], transform=digest, data="bytes")
+    assert ds[0] == want[keys[0]]
+    bucket, key = keys[1].split("/", 1)
+    stream = ds.client.stream(bucket, key)
+    global _dataset
+    _dataset = ds
+    for _ in range(3):
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            got = pool.map(_map_batch, [[i] for i in range(len(keys))])
+        assert [g[0][1] for g in got] == [want[k] for k in keys]
+        assert all(pid == rt for g in got for _, _, pid, rt in g)
+        assert [ds[i] for i in range(len(keys))] == [want[k] for k in keys]
+        assert ds.client.runtime_pid() == os.getpid()
+    with pytest.raises(OSError, match="forked"):
+        b"".join(stream)
+
+
 def test_with_every_node_gone_reads_come_from_the_origin(loaded):
     # Last in this module: it stops the module's cluster's nodes.
     cluster, prefix, want = loaded
