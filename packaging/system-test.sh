@@ -23,8 +23,8 @@ passed=1; failed=0
 for part in units csi image; do
   out=$(mktemp)
   packaging/system/$part.sh "$deb" 2>&1 | tee "$out"
-  p=$(sed -n 's/^[a-z]*: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)
-  f=$(sed -n 's/^[a-z]*: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$out" | tail -1)
+  p=$(sed -n 's/^[a-z-]*: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)
+  f=$(sed -n 's/^[a-z-]*: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$out" | tail -1)
   if [ -z "$p" ]; then
     echo "FAIL packaging/system/$part.sh ended without its summary"
     f=$((${f:-0} + 1)); p=0
