@@ -23,7 +23,7 @@ MiB = 1 << 20
 
 
 def s3fs_of(cluster):
-    s3fs = pytest.importorskip("s3fs")
+    import s3fs
     return s3fs.S3FileSystem(
         key=ORIGIN_KEY,
         secret=ORIGIN_SECRET,
