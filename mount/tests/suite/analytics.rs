@@ -8,7 +8,6 @@
 //! Needs `python3` with `duckdb` and `pyarrow` (scripts/test.sh installs them).
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::common::*;
 
@@ -219,40 +218,11 @@ async fn reads_of_a_few_kib_anywhere_cost_at_most_a_block_from_the_nodes() {
         .await
         .unwrap();
         // Blocks fetched ahead are counted once they have come.
-        let cost = settled_cost(&addr, &node.addr).await - before;
+        let cost = settled_bytes(&addr, &node.addr).await.0 - before;
         costs.push((at, cost, bound));
     }
     assert!(
         costs.iter().all(|&(_, cost, bound)| cost <= bound),
         "4 KiB reads (at, bytes from the nodes, bound): {costs:?}"
     );
-}
-
-/// The bytes the mount at `mount` has had from the nodes once none is on its way:
-/// the node at `node` (this mount's only one) has taken every request the mount
-/// sent, and neither side's byte count moves between two looks.
-async fn settled_cost(mount: &str, node: &str) -> u64 {
-    let look = || async {
-        let (m, n) = (scrape(mount).await, scrape(node).await);
-        (
-            metric_sum(&m, "shoal_client_node_requests_total"),
-            metric_sum(&n, "shoal_node_key_requests_total"),
-            metric(&m, "shoal_client_bytes_total{source=\"node\"}"),
-            metric_sum(&n, "shoal_node_bytes_served_total"),
-        )
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut last = look().await;
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = look().await;
-        if now.0 == now.1 && now == last {
-            return now.2 as u64;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the mount's reads from the node did not settle: {now:?}"
-        );
-        last = now;
-    }
 }

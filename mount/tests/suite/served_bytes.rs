@@ -4,40 +4,10 @@
 //! (`cat`) and for random reads, within 1%.
 
 use std::os::unix::fs::FileExt;
-use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 
 use crate::common::*;
-
-/// What the mount at `mount` has received from the node at `node` and what
-/// the node says it served, once neither moves: the node took every request
-/// the mount sent and no byte count changes between two looks.
-async fn settled(mount: &str, node: &str) -> (u64, u64) {
-    let look = || async {
-        let (m, n) = (scrape(mount).await, scrape(node).await);
-        (
-            metric_sum(&m, "shoal_client_node_requests_total"),
-            metric_sum(&n, "shoal_node_key_requests_total"),
-            metric_or_zero(&m, "shoal_client_bytes_total{source=\"node\"}"),
-            metric_sum(&n, "shoal_node_bytes_served_total"),
-        )
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut last = look().await;
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = look().await;
-        if now.0 == now.1 && now == last {
-            return (now.2 as u64, now.3 as u64);
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the mount's reads from the node did not settle: {now:?}"
-        );
-        last = now;
-    }
-}
 
 /// Whether `served` is within 1% of `received`.
 fn close(received: u64, served: u64) -> bool {
@@ -68,14 +38,14 @@ async fn a_nodes_served_bytes_are_what_a_mount_received() {
     // One cold `cat` of a 64 MiB file, compared byte for byte.
     let local = ndir.path().join("seq.bin");
     std::fs::write(&local, &seq).unwrap();
-    let (m0, n0) = settled(&addr, &node.addr).await;
+    let (m0, n0) = settled_bytes(&addr, &node.addr).await;
     sh_ok(&format!(
         "cat {} | cmp - {}",
         q(&m.path("seq.bin")),
         q(&local)
     ))
     .await;
-    let (m1, n1) = settled(&addr, &node.addr).await;
+    let (m1, n1) = settled_bytes(&addr, &node.addr).await;
     let sequential = (m1 - m0, n1 - n0);
 
     // 200 reads of 4 KiB to 256 KiB anywhere in a 32 MiB file, each checked.
@@ -94,7 +64,7 @@ async fn a_nodes_served_bytes_are_what_a_mount_received() {
     })
     .await
     .unwrap();
-    let (m2, n2) = settled(&addr, &node.addr).await;
+    let (m2, n2) = settled_bytes(&addr, &node.addr).await;
     let random_reads = (m2 - m1, n2 - n1);
 
     eprintln!(

@@ -29,3 +29,33 @@ pub fn seed(o: &Origin, prefix: &str, local: &Path, files: &[(&str, Bytes)]) {
         std::fs::write(p, b).unwrap();
     }
 }
+
+/// What the mount at `mount` has received from the node at `node` (its only
+/// one) and what the node says it served, once neither moves: the node took
+/// every request the mount sent and no byte count changes between two looks
+/// (blocks fetched ahead are counted once they have come).
+pub async fn settled_bytes(mount: &str, node: &str) -> (u64, u64) {
+    let look = || async {
+        let (m, n) = (scrape(mount).await, scrape(node).await);
+        (
+            metric_sum(&m, "shoal_client_node_requests_total"),
+            metric_sum(&n, "shoal_node_key_requests_total"),
+            metric(&m, "shoal_client_bytes_total{source=\"node\"}"),
+            metric_sum(&n, "shoal_node_bytes_served_total"),
+        )
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = look().await;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = look().await;
+        if now.0 == now.1 && now == last {
+            return (now.2 as u64, now.3 as u64);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount's reads from the node did not settle: {now:?}"
+        );
+        last = now;
+    }
+}
