@@ -57,14 +57,19 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
+    // Every call over a second, by when it began (ms from the start) and how
+    // long it took: which event a slow call waited on.
+    let slow = Arc::new(std::sync::Mutex::new(Vec::<(u128, u128)>::new()));
+    let t0 = Instant::now();
     let readers: Vec<_> = (0..READERS)
         .map(|r| {
             let (t, bodies, stop) = (target.clone(), bodies.clone(), stop.clone());
-            let (calls, failed, wrong, slowest) = (
+            let (calls, failed, wrong, slowest, slow) = (
                 calls.clone(),
                 failed.clone(),
                 wrong.clone(),
                 slowest.clone(),
+                slow.clone(),
             );
             std::thread::spawn(move || {
                 use std::io::{Read, Seek, SeekFrom};
@@ -74,14 +79,19 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
                 let mut at = 0usize;
                 let mut step = 0;
                 while !stop.load(Relaxed) {
-                    let t0 = Instant::now();
+                    let began = Instant::now();
                     let r = f
                         .seek(SeekFrom::Start(at as u64))
                         .and_then(|_| f.read(&mut buf));
                     // Also a fresh open now and then: new inodes and handles.
                     let r2 = (step % 16 == 0)
                         .then(|| std::fs::read(t.join(format!("f{}", (i + 1) % bodies.len()))));
-                    slowest.fetch_max(t0.elapsed().as_micros() as u64, Relaxed);
+                    let took = began.elapsed();
+                    slowest.fetch_max(took.as_micros() as u64, Relaxed);
+                    if took > Duration::from_secs(1) {
+                        let from = began.duration_since(t0).as_millis();
+                        slow.lock().unwrap().push((from, took.as_millis()));
+                    }
                     calls.fetch_add(1 + r2.is_some() as u64, Relaxed);
                     match r {
                         Ok(n) => {
@@ -114,7 +124,6 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
             })
         })
         .collect();
-    let t0 = Instant::now();
     let at = |f: u32| secs * f / 4;
     // Each step comes once its time has come and the readers have read on since
     // the last one: a mount that stopped answering fails here, within HUNG.
@@ -132,7 +141,7 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
     // A quarter in: the plugin killed with its process group, and started again.
     step("the readers read a quarter in", at(1)).await;
     plugin.kill_and_restart();
-    events.push("plugin restarted");
+    events.push(("plugin restarted", t0.elapsed().as_millis()));
     // Halfway: the mount's keeper killed; the plugin keeps it again.
     step("the readers read on to halfway", at(2)).await;
     let control = std::fs::read_dir(plugin.state.join("volumes"))
@@ -146,11 +155,11 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
     let keeper = status["keeper"].as_u64().unwrap() as i32;
     // SAFETY: a signal to a process this test's plugin started.
     unsafe { libc::kill(keeper, libc::SIGKILL) };
-    events.push("keeper killed");
+    events.push(("keeper killed", t0.elapsed().as_millis()));
     // Three quarters in: the plugin restarted once more.
     step("the readers read on to three quarters", at(3)).await;
     plugin.kill_and_restart();
-    events.push("plugin restarted");
+    events.push(("plugin restarted", t0.elapsed().as_millis()));
     step("the readers read on to the end", secs).await;
     stop.store(true, Relaxed);
     wait_for(
@@ -168,14 +177,23 @@ async fn published_mounts_go_on_serving_through_restarts_of_the_plugin() {
     let after: serde_json::Value =
         serde_json::from_str(&shoal_mount::keeper::ask(&control, "status").unwrap()).unwrap();
     println!(
-        "{} calls by {READERS} readers over {secs:?} ({events:?}): {} failed, {} wrong, slowest {:.3} s; keeper {} then {}",
+        "{} calls by {READERS} readers over {secs:?} (events at ms: {events:?}): {} failed, {} wrong, slowest {:.3} s; keeper {} then {}; calls over 1 s (began at ms, took ms): {:?}",
         calls.load(Relaxed),
         failed.load(Relaxed),
         wrong.load(Relaxed),
         slowest.load(Relaxed) as f64 / 1e6,
         keeper,
         after["keeper"],
+        slow.lock().unwrap(),
     );
+    if Duration::from_micros(slowest.load(Relaxed)) >= HUNG {
+        println!("the plugin's log:\n{}", plugin.log_text());
+        let mount_log = control.with_file_name("mount.log");
+        println!(
+            "the mount's log:\n{}",
+            std::fs::read_to_string(mount_log).unwrap_or_default()
+        );
+    }
     assert_eq!(wrong.load(Relaxed), 0, "every byte right");
     assert_eq!(failed.load(Relaxed), 0, "no call failed");
     assert!(
