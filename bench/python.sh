@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # One Python process reading one object from start to end through shoal://
 # (the Python package: python/), against the same object read through a
-# shoal-mount on the same nodes (dd) and through a gateway node with boto3, in
+# shoal-mount on the same nodes (dd) and with boto3 through a gateway node, in
 # one run. Each reads an object of its own cold (every tier cold: its blocks
 # come from the origin through the owners), then again warm (owners hold it;
 # the page cache dropped). MB/s, and CPU milliseconds per GiB of the reading
 # side: the Python process for shoal://; dd and the mount daemon for the mount;
 # the Python process and the gateway node for boto3 (the owner nodes' CPU is
-# the same for all three and left out).
+# left out).
+#
+# Two gateways: one whose RAM tier (GW_RAM, 64 MiB) cannot hold the object, so
+# that a warm read through it is the extra hop a gateway is (its bytes come
+# from the owners); and one whose RAM tier holds the whole object, so that its
+# warm read is one node's RAM streamed over one connection, with the owners
+# idle (their CPU, spent for the other readers, is not spent here at all).
 #
 # Then training-shaped reads on a cluster of their own (bench/training.py):
 # WORKERS (4) DataLoader workers over SMALL (2,000) objects of 128 KiB in
@@ -47,14 +53,15 @@ if [ "${TORCH:-0}" = 1 ]; then python3 -c 'import torch' 2>/dev/null || python3 
 # training reads.
 if [ "${BIG:-1}" = 1 ]; then
 mkdir -p "$work/seed" "$work/mnt"
-for k in py mnt gw; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$k.bin"; done
+for k in py mnt gw gwram; do head -c "${SIZE_MB}M" /dev/urandom >"$work/seed/$k.bin"; done
 size=$((SIZE_MB * 1024 * 1024))
 NODE_RAM=${NODE_RAM:-$((SIZE_MB * 2))MiB} start_slow_cluster "256MiB"
 cluster_section=$(sed -n '/^\[cluster\]/,/^\[cache\]/p' "$work/cluster.toml" | sed '$d')
 # shoal:// reads with a Python process's own default RAM tier (the config
 # names none), the mount with its 256 MiB.
 sed '/^\[cache\]/,$d' "$work/cluster.toml" >"$work/py.toml"
-start_node gw "$cluster_section"; gw=$node
+NODE_RAM=${GW_RAM:-64MiB} start_node gw "$cluster_section"; gw=$node gw_pid=${node_pids[-1]}
+start_node gwram "$cluster_section"; gwram=$node gwram_pid=${node_pids[-1]}
 
 # read.py MODE TARGET KEY: reads the object in CHUNK_MB reads; prints MB/s and
 # the process's CPU ms.
@@ -88,11 +95,12 @@ print(f"{n / t / 1e6:.1f} {c * 1000:.0f} {n}")
 PY
 
 py_read() { pin python3 "$work/read.py" shoal "$work/py.toml" "$1" "$CHUNK_MB"; }
+# gw_read ADDR PID KEY: boto3 through the gateway at ADDR (process PID).
 gw_read() {
   local before after out
-  before=$(cpu_ticks "${node_pids[-1]}")
-  out=$(pin python3 "$work/read.py" boto3 "$gw" "$1" "$CHUNK_MB" "$NODE_KEY" "$NODE_SECRET")
-  after=$(cpu_ticks "${node_pids[-1]}")
+  before=$(cpu_ticks "$2")
+  out=$(pin python3 "$work/read.py" boto3 "$1" "$3" "$CHUNK_MB" "$NODE_KEY" "$NODE_SECRET")
+  after=$(cpu_ticks "$2")
   echo "$out $((after - before))"
 }
 pin "$bin/shoal-mount" --config "$work/cluster.toml" --log-file "$work/mount.log" bench "$work/mnt"
@@ -119,8 +127,10 @@ for pass in cold warm; do
   row "shoal:// ($pass)" "$r" "$(ms_of_gib "$c" "$n")"
   drop_cache; read -r r c <<<"$(mnt_read mnt.bin)"
   row "shoal-mount + dd ($pass)" "$r" "$(ms_of_gib "$c" "$size")"
-  drop_cache; read -r r c n t <<<"$(gw_read gw.bin)"
+  drop_cache; read -r r c n t <<<"$(gw_read "$gw" "$gw_pid" gw.bin)"
   row "boto3 through a gateway ($pass)" "$r" "$(ms_of_gib "$((c + t * 1000 / $(getconf CLK_TCK)))" "$n")"
+  drop_cache; read -r r c n t <<<"$(gw_read "$gwram" "$gwram_pid" gwram.bin)"
+  row "boto3, the gateway's RAM ($pass)" "$r" "$(ms_of_gib "$((c + t * 1000 / $(getconf CLK_TCK)))" "$n")"
 done
 fi
 
