@@ -23,6 +23,7 @@ pub mod condition;
 pub mod error;
 pub mod identity;
 pub mod install;
+pub mod keeper_deaths;
 pub mod kube;
 pub mod launch;
 pub mod metrics;
@@ -96,6 +97,8 @@ pub struct Plugin {
     pub driver_mount: Option<upgrade::DriverMount>,
     pub upgrade_mounts: bool,
     pub metrics: metrics::Metrics,
+    /// The mounts' keepers, watched for their deaths.
+    pub keeper_deaths: keeper_deaths::KeeperDeaths,
 }
 
 impl Plugin {
@@ -120,6 +123,7 @@ impl Plugin {
             driver_mount,
             upgrade_mounts: c.upgrade_mounts,
             metrics: metrics::Metrics::default(),
+            keeper_deaths: Default::default(),
             node_id: c.node_id,
             zone: c.zone,
             mount_bin: c.mount_bin,
@@ -190,11 +194,12 @@ impl Plugin {
     }
 
     /// Replaces, on the same connection, the keeper of any published volume that
-    /// has gone (the plugin holds a copy of its connection); every `every`.
+    /// has gone (the plugin holds a copy of its connection): as a keeper dies
+    /// ([`keeper_deaths`]), and every `every`.
     pub async fn watch_keepers(self: Arc<Self>, every: Duration) {
         let mut tick = tokio::time::interval(every);
         loop {
-            tick.tick().await;
+            self.keeper_deaths.next(&mut tick).await;
             let me = self.clone();
             let _ = tokio::task::spawn_blocking(move || me.replace_lost_keepers()).await;
         }
@@ -222,6 +227,7 @@ impl Plugin {
                 continue;
             };
             if published::keeper_listens(&control) {
+                self.keeper_deaths.watch(&target, &control);
                 // Taken back while its mount was still coming up: its copy now.
                 let has_copy = self
                     .volumes
