@@ -82,8 +82,9 @@ echo "== source package $(basename "$sdist") ($(du -k "$sdist" | cut -f1) KiB) r
 
 t=$SECONDS
 # The wheel and its test extra (pyproject.toml): pytest and the readers the
-# tests read through, from PyPI (pip's cache keeps them between runs).
-py -m pip install --quiet "$whl[test]"
+# tests read through, from PyPI (pip's cache keeps them between runs), at the
+# versions in test-constraints.txt.
+py -m pip install --quiet -c python/test-constraints.txt "$whl[test]"
 echo "== fresh venv with the wheel and its test extra in $((SECONDS - t)) s"
 # The tests import the installed package, not the checkout's python/shoal
 # (pytest puts python/tests first on sys.path, as here).
