@@ -116,6 +116,13 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
         &agreed,
         spec.reader_budgets()?.replies,
     ));
+    // Metrics answer before the first call does: whoever saw the mount answer
+    // (a test's stat, a readiness probe) finds them up.
+    for on in &spec.metrics {
+        if let Err(e) = rt.block_on(metrics::serve(on, fs.clone(), metrics.clone())) {
+            tracing::warn!("cannot serve metrics on {on}: {e}");
+        }
+    }
     // Without resend, a reader that dies must take its requests' end with it.
     let running = Running::start(chan.clone(), adapter, READERS, !agreed.resend())
         .map_err(|e| format!("cannot start the FUSE readers: {e}"))?;
@@ -130,11 +137,6 @@ pub fn run(mut spec: MountSpec, link: Link) -> Result<(), String> {
         &mountpoint,
         reader.read_window() as u64 * reader.block_size() / 1024,
     );
-    for on in &spec.metrics {
-        if let Err(e) = rt.block_on(metrics::serve(on, fs.clone(), metrics.clone())) {
-            tracing::warn!("cannot serve metrics on {on}: {e}");
-        }
-    }
     tracing::info!(
         "serving s3://{}/{} on {} ({} nodes)",
         spec.bucket,
