@@ -13,20 +13,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// A config with no keys and no cluster: the chain, straight to the origin.
-fn chain_config(dir: &Path, o: &Origin) -> PathBuf {
-    let cfg = dir.join("mount.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[origin]\nendpoint = \"{}\"\nregion = \"us-east-1\"\nretry_base = \"5ms\"\nretry_max = \"50ms\"\n",
-            o.endpoint()
-        ),
-    )
-    .unwrap();
-    cfg
-}
-
 /// The mount's copy of the driver's token named by `var`, from its record.
 fn copy_of(state: &Path, target: &Path, var: &str) -> PathBuf {
     for e in std::fs::read_dir(state.join("volumes")).unwrap().flatten() {

@@ -70,15 +70,7 @@ async fn each_volume_reads_with_its_pods_own_role() {
 
     let dir = tempfile::tempdir().unwrap();
     // No keys in the config: the credential chain, which finds the pod's token.
-    let cfg = dir.path().join("mount.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[origin]\nendpoint = \"{}\"\nregion = \"us-east-1\"\nretry_base = \"5ms\"\nretry_max = \"50ms\"\n",
-            o.endpoint()
-        ),
-    )
-    .unwrap();
+    let cfg = chain_config(dir.path(), &o);
     let token_file = dir.path().join("kube-token");
     std::fs::write(&token_file, &kube.token).unwrap();
     let env = vec![

@@ -115,12 +115,7 @@ async fn column_chunks_of_several_blocks_cost_what_they_read() {
 /// mount and node: the answer must be the one from local files, the origin
 /// bytes within the query's bound of what it read locally.
 async fn query_costs(files: usize, rows: usize, groups: usize, width: usize, queries: &[Query]) {
-    let have = sh("python3 -c 'import duckdb, pyarrow'").await;
-    assert!(
-        have.status.success(),
-        "this test needs python3 -m pip install duckdb pyarrow: {}",
-        String::from_utf8_lossy(&have.stderr)
-    );
+    need_duckdb().await;
     let o = origin().await;
     let local = tempfile::tempdir().unwrap();
     // One dataset per query, so that each one's cost is a cold read's.

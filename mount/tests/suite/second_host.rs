@@ -40,12 +40,7 @@ fn object_gets(o: &Origin) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_mount_on_warm_nodes_costs_the_origin_no_get() {
-    let have = sh("python3 -c 'import duckdb, pyarrow'").await;
-    assert!(
-        have.status.success(),
-        "this test needs python3 -m pip install duckdb pyarrow: {}",
-        String::from_utf8_lossy(&have.stderr)
-    );
+    need_duckdb().await;
     let o = origin().await;
     // As S3 is: tens of ms to the first byte, a per-connection pace.
     o.faults.set(shoal_testorigin::FaultSettings {

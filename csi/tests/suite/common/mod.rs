@@ -38,6 +38,20 @@ pub fn zoned_mount_toml(o: &Origin, nodes: &[(&NodeProcess, &str)], extra: &str)
     plain.replacen(line, &zoned, 1)
 }
 
+/// A config with no keys and no cluster: the chain, straight to the origin.
+pub fn chain_config(dir: &Path, o: &Origin) -> PathBuf {
+    let cfg = dir.join("mount.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[origin]\nendpoint = \"{}\"\nregion = \"us-east-1\"\nretry_base = \"5ms\"\nretry_max = \"50ms\"\n",
+            o.endpoint()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
 /// A running plugin; SIGKILLed (its whole process group) when dropped. Mounts it
 /// published are left to the test to unpublish.
 pub struct Plugin {

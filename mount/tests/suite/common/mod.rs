@@ -10,6 +10,17 @@ pub use shoal_testkit::*;
 
 pub const MOUNT: &str = env!("CARGO_BIN_EXE_shoal-mount");
 
+/// Fails the test unless `python3` has DuckDB and pyarrow (scripts/test.sh
+/// installs them): the queries run in a Python process.
+pub async fn need_duckdb() {
+    let have = sh("python3 -c 'import duckdb, pyarrow'").await;
+    assert!(
+        have.status.success(),
+        "this test needs python3 -m pip install duckdb pyarrow: {}",
+        String::from_utf8_lossy(&have.stderr)
+    );
+}
+
 /// A node process with a 256 MiB RAM tier.
 pub fn start_node(o: &Origin, dir: &Path, name: &str) -> NodeProcess {
     start_node_with(o, dir, name, "[cache]\nram_size = \"256MiB\"\n")
